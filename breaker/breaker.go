@@ -1,0 +1,250 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+var (
+	// ErrOpen is returned by [Breaker.Allow] while the breaker is open.
+	ErrOpen = errors.New("breaker: open")
+	// ErrTooManyProbes is returned by [Breaker.Allow] while the breaker is
+	// half-open and its probes are all in flight.
+	ErrTooManyProbes = errors.New("breaker: half-open, probes in flight")
+	// ErrSlowCall is what a call slower than Settings.SlowCall is recorded
+	// as. The caller still gets the call's own result.
+	ErrSlowCall = errors.New("breaker: slow call")
+)
+
+// State is a breaker's state.
+type State int
+
+const (
+	// Closed lets every call through.
+	Closed State = iota
+	// HalfOpen lets a few probe calls through.
+	HalfOpen
+	// Open refuses every call.
+	Open
+)
+
+// String returns "closed", "half-open" or "open".
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case HalfOpen:
+		return "half-open"
+	case Open:
+		return "open"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Defaults of [Settings].
+const (
+	DefaultFailures       = 5
+	DefaultOpenTimeout    = 30 * time.Second
+	DefaultHalfOpenProbes = 1
+)
+
+// Settings configures a [Breaker]. The zero value is usable: each zero field
+// takes the default it names.
+type Settings struct {
+	// Name identifies the breaker in callbacks, errors and telemetry.
+	Name string
+	// Failures is how many consecutive failures open the breaker.
+	// default: 5
+	Failures uint32
+	// OpenTimeout is how long the breaker stays open before it lets a
+	// probe through.
+	// default: 30 seconds
+	OpenTimeout time.Duration
+	// HalfOpenProbes is how many calls may run while half-open; that many
+	// consecutive successes close the breaker.
+	// default: 1
+	HalfOpenProbes uint32
+	// SlowCall, if positive, makes a call that takes longer than it count
+	// as a failure even when it succeeds.
+	// default: 0 (off)
+	SlowCall time.Duration
+	// IsFailure decides which errors count against the breaker.
+	// default: every non-nil error except context.Canceled (a caller that
+	// gave up says nothing about the dependency's health)
+	IsFailure func(err error) bool
+	// OnStateChange, if not nil, is called after each transition, outside
+	// every lock of the breaker, in the order the transitions happened.
+	OnStateChange func(name string, from, to State)
+}
+
+// Breaker is a circuit breaker. It is safe for concurrent use.
+type Breaker struct {
+	name      string
+	slow      time.Duration
+	isFailure func(error) bool
+	onChange  func(name string, from, to State)
+	cb        *gobreaker.TwoStepCircuitBreaker[struct{}]
+
+	// mu guards pending and dispatching. Transitions are queued by
+	// gobreaker's callback (which runs under gobreaker's own mutex) and
+	// delivered by whichever goroutine finishes a breaker call first, one
+	// dispatcher at a time so the user sees them in order.
+	mu          sync.Mutex
+	pending     []transition
+	dispatching bool
+}
+
+type transition struct{ from, to State }
+
+// New returns a breaker configured by s. It returns an error for settings
+// that make no sense.
+func New(s Settings) (*Breaker, error) {
+	if s.OpenTimeout < 0 {
+		return nil, fmt.Errorf("breaker %q: OpenTimeout must not be negative, got %v", s.Name, s.OpenTimeout)
+	}
+	if s.SlowCall < 0 {
+		return nil, fmt.Errorf("breaker %q: SlowCall must not be negative, got %v", s.Name, s.SlowCall)
+	}
+	if s.Failures == 0 {
+		s.Failures = DefaultFailures
+	}
+	if s.OpenTimeout == 0 {
+		s.OpenTimeout = DefaultOpenTimeout
+	}
+	if s.HalfOpenProbes == 0 {
+		s.HalfOpenProbes = DefaultHalfOpenProbes
+	}
+	b := &Breaker{name: s.Name, slow: s.SlowCall, isFailure: s.IsFailure, onChange: s.OnStateChange}
+	if b.isFailure == nil {
+		b.isFailure = defaultIsFailure
+	}
+	failures := s.Failures
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        s.Name,
+		MaxRequests: s.HalfOpenProbes,
+		Timeout:     s.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		// errIgnored marks outcomes that must not count either way.
+		IsExcluded:   func(err error) bool { return errors.Is(err, errIgnored) },
+		IsSuccessful: func(err error) bool { return err == nil },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			// Runs under gobreaker's mutex: only queue, never call out.
+			b.mu.Lock()
+			b.pending = append(b.pending, transition{fromGo(from), fromGo(to)})
+			b.mu.Unlock()
+		},
+	})
+	return b, nil
+}
+
+var errIgnored = errors.New("breaker: ignored outcome")
+
+func defaultIsFailure(err error) bool { return err != nil && !errors.Is(err, context.Canceled) }
+
+func fromGo(s gobreaker.State) State {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return HalfOpen
+	case gobreaker.StateOpen:
+		return Open
+	}
+	return Closed
+}
+
+// Name returns the breaker's name.
+func (b *Breaker) Name() string { return b.name }
+
+// State returns the current state.
+func (b *Breaker) State() State {
+	s := fromGo(b.cb.State())
+	b.dispatch()
+	return s
+}
+
+// Allow asks to make one call. It returns [ErrOpen] or [ErrTooManyProbes]
+// when the call must not be made; otherwise the caller must call done
+// exactly once with the call's error and how long it took.
+func (b *Breaker) Allow() (done func(err error, took time.Duration), err error) {
+	d, err := b.cb.Allow()
+	if err != nil {
+		b.dispatch()
+		if errors.Is(err, gobreaker.ErrOpenState) {
+			return nil, fmt.Errorf("%w (%s)", ErrOpen, b.name)
+		}
+		return nil, fmt.Errorf("%w (%s)", ErrTooManyProbes, b.name)
+	}
+	return func(err error, took time.Duration) {
+		d(b.classify(err, took))
+		b.dispatch()
+	}, nil
+}
+
+// Ignore, passed to done, records that the call ran but says nothing of the
+// dependency's health (the caller gave up, say): it counts neither way.
+var Ignore = errIgnored
+
+// Execute runs fn if the breaker allows it and records its outcome.
+func (b *Breaker) Execute(fn func() error) error {
+	done, err := b.Allow()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	ok := false
+	defer func() {
+		if !ok { // fn panicked: a failure, then the panic goes on
+			done(errors.New("breaker: call panicked"), time.Since(start))
+		}
+	}()
+	err = fn()
+	ok = true
+	done(err, time.Since(start))
+	return err
+}
+
+func (b *Breaker) classify(err error, took time.Duration) error {
+	switch {
+	case errors.Is(err, errIgnored):
+		return err
+	case err != nil:
+		if b.isFailure(err) {
+			return err
+		}
+		if errors.Is(err, context.Canceled) {
+			return errIgnored
+		}
+		return nil
+	case b.slow > 0 && took > b.slow:
+		return ErrSlowCall
+	}
+	return nil
+}
+
+// dispatch delivers queued transitions to OnStateChange, outside gobreaker's
+// lock and outside b.mu.
+func (b *Breaker) dispatch() {
+	b.mu.Lock()
+	if b.dispatching || len(b.pending) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	b.dispatching = true
+	for len(b.pending) > 0 {
+		batch := b.pending
+		b.pending = nil
+		b.mu.Unlock()
+		if b.onChange != nil {
+			for _, t := range batch {
+				b.onChange(b.name, t.from, t.to)
+			}
+		}
+		b.mu.Lock()
+	}
+	b.dispatching = false
+	b.mu.Unlock()
+}

@@ -1,0 +1,197 @@
+package cache
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdguard/herdguard/internal/rkey"
+)
+
+// ErrExpiredEntry is returned by [Redis.Set] for an entry whose StaleUntil
+// (and Expires) has already passed: there is nothing left to store.
+var ErrExpiredEntry = errors.New("cache: entry already past its stale-until time")
+
+// RedisClient is the part of a go-redis client that [Redis] uses. Both
+// *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
+// satisfy it.
+type RedisClient interface {
+	redis.Scripter
+	HGet(ctx context.Context, key, field string) *redis.StringCmd
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
+}
+
+// RedisOptions configures a [Redis]. Only Namespace is required.
+type RedisOptions struct {
+	// Prefix starts every key. It must not contain braces.
+	// default: "hg:"
+	Prefix string
+	// Namespace separates one pipeline's keys from another's; it is
+	// required and is usually the pipeline's name. It must not contain
+	// braces.
+	Namespace string
+	// Codec encodes values.
+	// default: [JSON]
+	Codec Codec
+	// OnCorrupt, if not nil, is called with the key and the decoding error
+	// when [Redis.Get] finds bytes it cannot decode. It runs on the calling
+	// goroutine, so it must be quick.
+	// default: nil
+	OnCorrupt func(key string, err error)
+}
+
+// setScript writes an entry with fencing; see set.lua.
+//
+//go:embed set.lua
+var setSource string
+
+var setScript = redis.NewScript(setSource)
+
+// Redis is a shared store of [Entry] values in Redis, one hash per key
+// holding the encoded entry and the fence it was written with.
+//
+// Keys are laid out so that one cache key's value, lock and fence counter
+// share a Redis Cluster hash slot (see package lock). Redis is safe for
+// concurrent use.
+type Redis[V any] struct {
+	client    RedisClient
+	keys      rkey.Space
+	codec     Codec
+	onCorrupt func(key string, err error)
+	corrupted atomic.Uint64
+}
+
+// NewRedis returns a store that keeps its entries in Redis through client.
+// It fails when client is nil or o.Namespace is empty.
+func NewRedis[V any](client RedisClient, o RedisOptions) (*Redis[V], error) {
+	if client == nil {
+		return nil, errors.New("cache: redis client is nil")
+	}
+	keys, err := rkey.New(o.Prefix, o.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	codec := o.Codec
+	if codec == nil {
+		codec = JSON
+	}
+	return &Redis[V]{client: client, keys: keys, codec: codec, onCorrupt: o.OnCorrupt}, nil
+}
+
+// Get returns the entry for key and how fresh it is, in one round trip. A
+// missing key, and bytes that do not decode, are a [Miss] with a nil error;
+// the latter are counted by [Redis.Corrupted] and reported to OnCorrupt. A
+// Redis failure is returned as an error wrapping go-redis's.
+func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, error) {
+	raw, err := r.client.HGet(ctx, r.keys.Value(key), rkey.FieldData).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Entry[V]{}, Miss, nil
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		// Something else wrote a non-hash at our key.
+		r.corrupt(key, fmt.Errorf("%w: value key holds the wrong type", errEnvelope))
+		return Entry[V]{}, Miss, nil
+	case err != nil:
+		return Entry[V]{}, Miss, fmt.Errorf("cache: get %q: %w", key, err)
+	}
+	e, err := r.decode(raw)
+	if err != nil {
+		r.corrupt(key, err)
+		return Entry[V]{}, Miss, nil
+	}
+	f := e.FreshnessAt(time.Now())
+	if f == Miss {
+		return Entry[V]{}, Miss, nil
+	}
+	return e, f, nil
+}
+
+func (r *Redis[V]) decode(raw []byte) (Entry[V], error) {
+	env, err := decodeEnvelope(raw)
+	if err != nil {
+		return Entry[V]{}, err
+	}
+	e := Entry[V]{
+		NotFound:     env.notFound,
+		Written:      env.written,
+		Expires:      env.expires,
+		StaleUntil:   env.staleUntil,
+		LoadDuration: env.loadDuration,
+		Fence:        env.fence,
+	}
+	if !env.notFound {
+		if err := r.codec.Unmarshal(env.payload, &e.Value); err != nil {
+			return Entry[V]{}, fmt.Errorf("cache: decode value: %w", err)
+		}
+	}
+	return e, nil
+}
+
+func (r *Redis[V]) corrupt(key string, err error) {
+	r.corrupted.Add(1)
+	if r.onCorrupt != nil {
+		r.onCorrupt(key, err)
+	}
+}
+
+// Corrupted returns how many reads found bytes that did not decode.
+func (r *Redis[V]) Corrupted() uint64 { return r.corrupted.Load() }
+
+// Set stores e under key until e.StaleUntil, unless the stored entry was
+// written under a newer lock grant: a write whose e.Fence is below the
+// stored entry's fence is refused with stored == false and a nil error, so a
+// superseded holder's late write-back cannot overwrite a newer value. An
+// e.Fence of 0 means the entry was written without a lock; it then ranks as
+// new as the latest grant of key and is never refused.
+//
+// Set returns [ErrExpiredEntry] if e.StaleUntil has passed.
+func (r *Redis[V]) Set(ctx context.Context, key string, e Entry[V]) (stored bool, err error) {
+	if e.Fence < 0 {
+		return false, fmt.Errorf("cache: set %q: negative fence %d", key, e.Fence)
+	}
+	until := e.StaleUntil
+	if until.Before(e.Expires) {
+		until = e.Expires
+	}
+	ttl := time.Until(until)
+	if ttl <= 0 {
+		return false, fmt.Errorf("cache: set %q: %w", key, ErrExpiredEntry)
+	}
+	env := envelope{
+		notFound:     e.NotFound,
+		written:      e.Written,
+		expires:      e.Expires,
+		staleUntil:   until,
+		loadDuration: max(e.LoadDuration, 0),
+		fence:        e.Fence,
+	}
+	if !e.NotFound {
+		if env.payload, err = r.codec.Marshal(e.Value); err != nil {
+			return false, fmt.Errorf("cache: set %q: encode value: %w", key, err)
+		}
+	}
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond // round up: never 0
+	n, err := setScript.Run(ctx, r.client,
+		[]string{r.keys.Value(key), r.keys.Fence(key)},
+		strconv.FormatInt(e.Fence, 10), encodeEnvelope(env), int64(ms),
+		rkey.FieldFence, rkey.FieldData,
+	).Int()
+	if err != nil {
+		return false, fmt.Errorf("cache: set %q: %w", key, err)
+	}
+	return n == 1, nil
+}
+
+// Delete removes key's entry. Deleting a missing key is not an error.
+func (r *Redis[V]) Delete(ctx context.Context, key string) error {
+	if err := r.client.Del(ctx, r.keys.Value(key)).Err(); err != nil {
+		return fmt.Errorf("cache: delete %q: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,375 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/internal/rkey"
+)
+
+type user struct {
+	ID   int    `json:"id"`
+	Name string `json:"name"`
+}
+
+// testCtx returns a context that bounds one test's Redis calls.
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newStore returns a store on the package server in a namespace of its own.
+func newStore[V any](t *testing.T, o RedisOptions) *Redis[V] {
+	t.Helper()
+	if o.Namespace == "" {
+		o.Namespace = t.Name()
+	}
+	r, err := NewRedis[V](rdb, o)
+	if err != nil {
+		t.Fatalf("NewRedis: %v", err)
+	}
+	return r
+}
+
+func entry[V any](v V, fence int64) Entry[V] {
+	now := time.Now()
+	return Entry[V]{
+		Value: v, Written: now, Expires: now.Add(time.Minute), StaleUntil: now.Add(time.Hour),
+		LoadDuration: 3 * time.Millisecond, Fence: fence,
+	}
+}
+
+func TestNewRedis_invalid(t *testing.T) {
+	tests := []struct {
+		name    string
+		client  RedisClient
+		o       RedisOptions
+		wantErr string
+	}{
+		{"nil client", nil, RedisOptions{Namespace: "n"}, "cache: redis client is nil"},
+		{"empty namespace", rdb, RedisOptions{}, "cache: rkey: namespace is required"},
+		{"brace in prefix", rdb, RedisOptions{Prefix: "{", Namespace: "n"}, "must not contain braces"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := NewRedis[string](tt.client, tt.o)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || r != nil {
+				t.Fatalf("NewRedis() = %v, %v; want nil, error containing %q", r, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRedis_Get_missing(t *testing.T) {
+	r := newStore[user](t, RedisOptions{})
+	e, f, err := r.Get(testCtx(t), "nobody")
+	if err != nil || f != Miss || e != (Entry[user]{}) {
+		t.Fatalf("Get() = %+v, %v, %v; want zero, miss, nil", e, f, err)
+	}
+}
+
+func TestRedis_SetGet_roundTrip(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name  string
+		e     Entry[user]
+		wantF Freshness
+	}{
+		{"fresh value", entry(user{ID: 1, Name: "ada"}, 3), Fresh},
+		{"zero value", entry(user{}, 0), Fresh},
+		{"not found", Entry[user]{NotFound: true, Written: now, Expires: now.Add(time.Minute), StaleUntil: now.Add(time.Minute)}, Fresh},
+		{"stale value", Entry[user]{Value: user{ID: 2}, Written: now.Add(-time.Hour), Expires: now.Add(-time.Second), StaleUntil: now.Add(time.Minute), Fence: 9}, Stale},
+	}
+	r := newStore[user](t, RedisOptions{})
+	ctx := testCtx(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stored, err := r.Set(ctx, tt.name, tt.e)
+			if err != nil || !stored {
+				t.Fatalf("Set() = %v, %v; want true, nil", stored, err)
+			}
+			got, f, err := r.Get(ctx, tt.name)
+			if err != nil || f != tt.wantF {
+				t.Fatalf("Get() freshness %v, err %v; want %v, nil", f, err, tt.wantF)
+			}
+			if got.Value != tt.e.Value || got.NotFound != tt.e.NotFound || got.Fence != tt.e.Fence ||
+				got.LoadDuration != tt.e.LoadDuration || !got.Written.Equal(tt.e.Written) ||
+				!got.Expires.Equal(tt.e.Expires) || !got.StaleUntil.Equal(tt.e.StaleUntil) {
+				t.Fatalf("Get() = %+v, want %+v", got, tt.e)
+			}
+		})
+	}
+}
+
+func TestRedis_Set_ttlFromStaleUntil(t *testing.T) {
+	r := newStore[string](t, RedisOptions{})
+	ctx := testCtx(t)
+	e := entry("v", 0)
+	e.Expires = time.Now().Add(5 * time.Second)
+	e.StaleUntil = time.Now().Add(10 * time.Second)
+	if _, err := r.Set(ctx, "k", e); err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := rdb.PTTL(ctx, r.keys.Value("k")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pttl <= 9*time.Second || pttl > 10*time.Second {
+		t.Fatalf("PTTL = %v, want just under 10s", pttl)
+	}
+}
+
+func TestRedis_Set_expiredEntry(t *testing.T) {
+	r := newStore[string](t, RedisOptions{})
+	e := entry("v", 0)
+	e.Expires = time.Now().Add(-time.Second)
+	e.StaleUntil = e.Expires
+	stored, err := r.Set(testCtx(t), "k", e)
+	if !errors.Is(err, ErrExpiredEntry) || stored {
+		t.Fatalf("Set() = %v, %v; want false, ErrExpiredEntry", stored, err)
+	}
+}
+
+func TestRedis_Get_pastStaleUntilIsMiss(t *testing.T) {
+	r := newStore[string](t, RedisOptions{})
+	ctx := testCtx(t)
+	e := entry("v", 0)
+	e.Expires = time.Now().Add(50 * time.Millisecond)
+	e.StaleUntil = e.Expires
+	if _, err := r.Set(ctx, "k", e); err != nil {
+		t.Fatal(err)
+	}
+	// Keep the key alive in Redis past its stale-until, as clock skew between
+	// writer and reader would: the envelope's times still decide.
+	if err := rdb.PExpire(ctx, r.keys.Value("k"), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if _, f, err := r.Get(ctx, "k"); err != nil || f != Miss {
+		t.Fatalf("Get() = %v, %v; want miss, nil", f, err)
+	}
+}
+
+func TestRedis_Set_fencing(t *testing.T) {
+	type write struct {
+		fence int64
+		want  bool
+	}
+	tests := []struct {
+		name    string
+		counter int64 // value of the fence counter; 0: no counter key
+		writes  []write
+	}{
+		{"lower fence refused", 5, []write{{5, true}, {4, false}}},
+		{"equal fence accepted", 5, []write{{5, true}, {5, true}}},
+		{"higher fence accepted", 6, []write{{5, true}, {6, true}}},
+		{"unlocked write after locked write accepted", 5, []write{{5, true}, {0, true}}},
+		{"unlocked write ranks as the latest grant", 7, []write{{0, true}, {6, false}, {7, true}}},
+		{"unlocked write never ranks below the stored fence", 0, []write{{3, true}, {0, true}, {2, false}, {3, true}}},
+		{"unlocked writes without any grant", 0, []write{{0, true}, {0, true}, {1, true}}},
+	}
+	r := newStore[string](t, RedisOptions{})
+	ctx := testCtx(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := tt.name
+			if tt.counter > 0 {
+				if err := rdb.Set(ctx, r.keys.Fence(key), tt.counter, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := ""
+			for i, w := range tt.writes {
+				v := fmt.Sprintf("write %d (fence %d)", i, w.fence)
+				stored, err := r.Set(ctx, key, entry(v, w.fence))
+				if err != nil || stored != w.want {
+					t.Fatalf("%s: Set() = %v, %v; want %v, nil", v, stored, err, w.want)
+				}
+				if stored {
+					want = v
+				}
+			}
+			got, _, err := r.Get(ctx, key)
+			if err != nil || got.Value != want {
+				t.Fatalf("Get() = %q, %v; want %q", got.Value, err, want)
+			}
+		})
+	}
+}
+
+func TestRedis_Get_corrupt(t *testing.T) {
+	valid := encodeEnvelope(envelope{written: time.Now(), expires: time.Now().Add(time.Hour),
+		staleUntil: time.Now().Add(time.Hour), payload: []byte(`{"id":1}`)})
+	tests := []struct {
+		name  string
+		write func(ctx context.Context, key string) error
+	}{
+		{"plain string", func(ctx context.Context, key string) error {
+			return rdb.Set(ctx, key, "garbage", time.Minute).Err()
+		}},
+		{"garbage data field", func(ctx context.Context, key string) error {
+			return rdb.HSet(ctx, key, rkey.FieldData, "\x00\x01garbage").Err()
+		}},
+		{"truncated envelope", func(ctx context.Context, key string) error {
+			return rdb.HSet(ctx, key, rkey.FieldData, valid[:20]).Err()
+		}},
+		{"payload the codec refuses", func(ctx context.Context, key string) error {
+			bad := append(append([]byte(nil), valid[:envHeader]...), `{"id":"not a number"}`...)
+			return rdb.HSet(ctx, key, rkey.FieldData, bad).Err()
+		}},
+		{"list", func(ctx context.Context, key string) error {
+			return rdb.RPush(ctx, key, "a").Err()
+		}},
+	}
+	var mu sync.Mutex // guards reported
+	var reported []string
+	r := newStore[user](t, RedisOptions{OnCorrupt: func(key string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, key)
+	}})
+	ctx := testCtx(t)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.write(ctx, r.keys.Value(tt.name)); err != nil {
+				t.Fatal(err)
+			}
+			e, f, err := r.Get(ctx, tt.name)
+			if err != nil || f != Miss || e != (Entry[user]{}) {
+				t.Fatalf("Get() = %+v, %v, %v; want zero, miss, nil", e, f, err)
+			}
+			if got := r.Corrupted(); got != uint64(i+1) {
+				t.Fatalf("Corrupted() = %d, want %d", got, i+1)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(reported) != i+1 || reported[i] != tt.name {
+				t.Fatalf("OnCorrupt saw %q, want it to end with %q", reported, tt.name)
+			}
+			// A write replaces the corrupt value.
+			if stored, err := r.Set(ctx, tt.name, entry(user{ID: 7}, 0)); err != nil || !stored {
+				t.Fatalf("Set() over corrupt value = %v, %v", stored, err)
+			}
+			if got, f, err := r.Get(ctx, tt.name); err != nil || f != Fresh || got.Value.ID != 7 {
+				t.Fatalf("Get() after rewrite = %+v, %v, %v", got, f, err)
+			}
+		})
+	}
+}
+
+func TestRedis_Delete(t *testing.T) {
+	r := newStore[string](t, RedisOptions{})
+	ctx := testCtx(t)
+	if _, err := r.Set(ctx, "k", entry("v", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctx, "k"); err != nil {
+		t.Fatalf("Delete() = %v", err)
+	}
+	if _, f, err := r.Get(ctx, "k"); err != nil || f != Miss {
+		t.Fatalf("Get() after Delete = %v, %v; want miss", f, err)
+	}
+	if err := r.Delete(ctx, "k"); err != nil {
+		t.Fatalf("Delete() of a missing key = %v", err)
+	}
+}
+
+func TestRedis_prefixAndNamespaceSeparateKeys(t *testing.T) {
+	ctx := testCtx(t)
+	a := newStore[string](t, RedisOptions{Namespace: t.Name() + "-a"})
+	b := newStore[string](t, RedisOptions{Namespace: t.Name() + "-b"})
+	c := newStore[string](t, RedisOptions{Namespace: t.Name() + "-a", Prefix: "other:"})
+	if _, err := a.Set(ctx, "k", entry("a", 0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Redis[string]{b, c} {
+		if _, f, err := s.Get(ctx, "k"); err != nil || f != Miss {
+			t.Fatalf("Get() in another key space = %v, %v; want miss", f, err)
+		}
+	}
+	if n, err := rdb.Exists(ctx, "hg:{"+t.Name()+"-a:k}:v").Result(); err != nil || n != 1 {
+		t.Fatalf("value key under the default prefix: exists = %d, %v", n, err)
+	}
+}
+
+func TestRedis_canceledContext(t *testing.T) {
+	r := newStore[string](t, RedisOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := r.Get(ctx, "k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get() error = %v, want context.Canceled", err)
+	}
+	if _, err := r.Set(ctx, "k", entry("v", 0)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Set() error = %v, want context.Canceled", err)
+	}
+}
+
+func TestRedis_serverDown(t *testing.T) {
+	s := redistest.Start(t)
+	r, err := NewRedis[string](s.Client(func(o *redis.Options) { o.MaxRetries = -1 }), RedisOptions{Namespace: "down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if _, f, err := r.Get(ctx, "k"); err == nil || f != Miss || !strings.HasPrefix(err.Error(), "cache: get") {
+		t.Fatalf("Get() with Redis down = %v, %v; want miss and a cache error", f, err)
+	}
+	if _, err := r.Set(ctx, "k", entry("v", 0)); err == nil {
+		t.Fatal("Set() with Redis down succeeded")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if stored, err := r.Set(ctx, "k", entry("v", 0)); err != nil || !stored {
+		t.Fatalf("Set() after restart (script cache empty) = %v, %v", stored, err)
+	}
+}
+
+func TestRedis_cluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	cc := c.Client()
+	r, err := NewRedis[string](cc, RedisOptions{Namespace: "cluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	masters := map[string]bool{}
+	for i := range 12 {
+		key := fmt.Sprintf("key-%d", i)
+		if err := cc.Set(ctx, r.keys.Fence(key), 5, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []struct {
+			fence int64
+			want  bool
+		}{{5, true}, {4, false}, {0, true}} {
+			if stored, err := r.Set(ctx, key, entry(fmt.Sprint(w.fence), w.fence)); err != nil || stored != w.want {
+				t.Fatalf("%s: Set(fence %d) = %v, %v; want %v", key, w.fence, stored, err, w.want)
+			}
+		}
+		if got, f, err := r.Get(ctx, key); err != nil || f != Fresh || got.Value != "0" {
+			t.Fatalf("%s: Get() = %q, %v, %v", key, got.Value, f, err)
+		}
+		m, err := cc.MasterForKey(ctx, r.keys.Value(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[m.Options().Addr] = true
+	}
+	if len(masters) < 2 {
+		t.Fatalf("12 keys landed on %d master(s); the test does not exercise slots", len(masters))
+	}
+}

@@ -1,0 +1,7 @@
+// Package fallback decides what a failed call returns instead of its error:
+// a stale copy still within its grace period, then a configured default,
+// then the error itself.
+//
+// The chain knows nothing of caches or pipelines: the caller hands it the
+// error and, if it has one, a stale copy; package resilience wires it up.
+package fallback

@@ -1,0 +1,186 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a Redis Cluster of private masters without replicas. Its
+// methods are safe for concurrent use.
+type Cluster struct {
+	nodes []*Server
+
+	mu      sync.Mutex // guards clients and closed
+	clients []*redis.ClusterClient
+	closed  bool
+}
+
+// StartCluster starts a cluster of n masters (at least 3) for one test and
+// registers its cleanup with tb. It fails tb if the cluster cannot form.
+func StartCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	c, closeFn, err := NewCluster(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(closeFn)
+	return c
+}
+
+// NewCluster starts a cluster of n masters (at least 3) without a
+// testing.TB, for TestMain. The caller must call closeFn, which kills every
+// node and closes the clients handed out by [Cluster.Client].
+func NewCluster(n int) (c *Cluster, closeFn func(), err error) {
+	if n < 3 {
+		return nil, nil, fmt.Errorf("redistest: a cluster needs at least 3 masters, got %d", n)
+	}
+	cli, err := lookPath("redis-cli")
+	if err != nil {
+		return nil, nil, err
+	}
+	c = &Cluster{}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	for range n {
+		s, err := newServer(clusterArgs)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.nodes = append(c.nodes, s)
+	}
+	if err := c.create(cli); err != nil {
+		return nil, nil, err
+	}
+	if err := c.waitOK(); err != nil {
+		return nil, nil, err
+	}
+	return c, c.close, nil
+}
+
+// clusterArgs enables cluster mode with its own bus port, so that the bus
+// port (by default port+10000) cannot collide or overflow.
+func clusterArgs(_ int, dir string) ([]string, error) {
+	bus, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(bus)+".conf"),
+		"--cluster-port", strconv.Itoa(bus),
+		"--cluster-node-timeout", "5000",
+	}, nil
+}
+
+// create joins the nodes with redis-cli --cluster create.
+func (c *Cluster) create(cli string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s\n%s", err, out, c.logs())
+	}
+	return nil
+}
+
+// waitOK waits until every node reports cluster_state:ok and a cluster
+// client can reach every master.
+func (c *Cluster) waitOK() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last error
+	for ctx.Err() == nil {
+		if last = c.checkOK(ctx); last == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("redistest: cluster not ready: %v\n%s", last, c.logs())
+}
+
+func (c *Cluster) checkOK(ctx context.Context) error {
+	for _, s := range c.nodes {
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		info, err := rc.ClusterInfo(ctx).Result()
+		_ = rc.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Addr(), err)
+		}
+		if !strings.Contains(info, "cluster_state:ok") {
+			return fmt.Errorf("%s: cluster_state is not ok", s.Addr())
+		}
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRedirects: 0})
+	defer cc.Close()
+	return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return m.Ping(ctx).Err()
+	})
+}
+
+// Addrs returns the host:port of every node.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.nodes))
+	for i, s := range c.nodes {
+		addrs[i] = s.Addr()
+	}
+	return addrs
+}
+
+// Nodes returns the cluster's servers, to kill or pause one.
+func (c *Cluster) Nodes() []*Server { return append([]*Server(nil), c.nodes...) }
+
+// Client returns a new cluster client; the cluster's cleanup closes it.
+// Each opt may adjust the options before the client is built (the
+// addresses are already set).
+func (c *Cluster) Client(opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
+	o := &redis.ClusterOptions{Addrs: c.Addrs()}
+	for _, f := range opts {
+		f(o)
+	}
+	cc := redis.NewClusterClient(o)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		_ = cc.Close()
+		return cc
+	}
+	c.clients = append(c.clients, cc)
+	return cc
+}
+
+func (c *Cluster) logs() string {
+	parts := make([]string, 0, len(c.nodes))
+	for _, s := range c.nodes {
+		parts = append(parts, s.Log())
+	}
+	return strings.Join(parts, "\n")
+}
+
+// close kills every node and closes the clients.
+func (c *Cluster) close() {
+	c.mu.Lock()
+	c.closed = true
+	clients := c.clients
+	c.clients = nil
+	c.mu.Unlock()
+	for _, cc := range clients {
+		_ = cc.Close()
+	}
+	for _, s := range c.nodes {
+		s.close()
+	}
+}

@@ -1,0 +1,76 @@
+// Package rkey lays out the Redis keys that package cache and package lock
+// share, so that the value, the lock and the fence counter of one cache key
+// agree on their names and land in one Redis Cluster hash slot.
+//
+// For a prefix P, a namespace N (the pipeline's name) and a key K, the base
+// is P{N:K}; the value lives at P{N:K}:v, the lock at P{N:K}:lock and the
+// fence counter at P{N:K}:fence. Everything between the braces is the hash
+// tag, so a Lua script may touch all three keys on Redis Cluster. The
+// announcement channel of a namespace is P{N}:announce.
+package rkey
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the prefix used when none is configured.
+const DefaultPrefix = "hg:"
+
+// Field names of the hash stored at a value key. The fence field is shared
+// knowledge of both leaves: the cache's write script compares against it and
+// the lock's acquire script keeps the fence counter above it.
+const (
+	// FieldFence holds the fencing number the value was written with, as a
+	// decimal integer.
+	FieldFence = "f"
+	// FieldData holds the encoded entry.
+	FieldData = "d"
+)
+
+// Space names the keys of one namespace. The zero value is not usable; build
+// one with [New].
+type Space struct {
+	prefix string
+	ns     string
+}
+
+// New returns the key space for namespace under prefix. An empty prefix
+// means [DefaultPrefix]. The namespace must be non-empty, and neither may
+// contain a brace, which would move the hash tag.
+func New(prefix, namespace string) (Space, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if namespace == "" {
+		return Space{}, errors.New("rkey: namespace is required")
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return Space{}, fmt.Errorf("rkey: prefix %q must not contain braces", prefix)
+	}
+	if strings.ContainsAny(namespace, "{}") {
+		return Space{}, fmt.Errorf("rkey: namespace %q must not contain braces", namespace)
+	}
+	return Space{prefix: prefix, ns: namespace}, nil
+}
+
+// Namespace returns the namespace the space was built for.
+func (s Space) Namespace() string { return s.ns }
+
+// Base returns P{N:K}, the stem shared by the keys of key.
+func (s Space) Base(key string) string {
+	return s.prefix + "{" + s.ns + ":" + key + "}"
+}
+
+// Value returns the key that holds key's cached entry.
+func (s Space) Value(key string) string { return s.Base(key) + ":v" }
+
+// Lock returns the key that holds key's lock token.
+func (s Space) Lock(key string) string { return s.Base(key) + ":lock" }
+
+// Fence returns the key that holds key's fence counter.
+func (s Space) Fence(key string) string { return s.Base(key) + ":fence" }
+
+// Channel returns the announcement channel of the namespace.
+func (s Space) Channel() string { return s.prefix + "{" + s.ns + "}:announce" }

@@ -1,0 +1,21 @@
+// Package lock provides the mutual exclusion that lets one process load a cold
+// key while others wait: [Memory] within one process, [Redis] across many.
+//
+// Two durations are kept apart, because conflating them is what makes other
+// locks either deadlock or stampede: the lease, how long a holder owns the
+// lock before it expires on its own (so a crashed holder cannot block others
+// forever), and the wait, how long a waiter is prepared to wait. This package
+// owns the lease; the wait belongs to the caller's loop and context.
+//
+// A [Lease] is released and extended only with the token it was granted
+// under, so a holder whose lease ran out cannot release its successor's lock.
+// Every grant carries a fencing number that only grows, so a store can refuse
+// a write-back from a superseded holder.
+//
+// Errors keep three outcomes apart: [ErrNotAcquired] (another holder has it),
+// a [*BackendError] (the backend failed; errors.Is(err, [ErrBackend])), and
+// the context's own error.
+//
+// A [Notifier] carries "the value for this key has landed" from the holder to
+// the waiters, so that waiters are woken by the value rather than by polling.
+package lock

@@ -1,0 +1,171 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+var (
+	// ErrNotAcquired means another holder owns the lock.
+	ErrNotAcquired = errors.New("lock: not acquired")
+	// ErrNotHeld means the lease was lost: it expired, or another holder
+	// took the lock after it did. Returned by Release and Extend.
+	ErrNotHeld = errors.New("lock: not held")
+	// ErrBackend is matched by every [*BackendError].
+	ErrBackend = errors.New("lock: backend failed")
+)
+
+// BackendError reports that the lock backend failed, so the outcome of the
+// operation is unknown or it did not happen.
+type BackendError struct {
+	Op  string // "acquire", "release", "extend", "inspect", "notify"
+	Err error
+}
+
+func (e *BackendError) Error() string {
+	return fmt.Sprintf("lock: %s: backend failed: %v", e.Op, e.Err)
+}
+
+// Unwrap returns the backend's error.
+func (e *BackendError) Unwrap() error { return e.Err }
+
+// Is reports whether target is [ErrBackend].
+func (e *BackendError) Is(target error) bool { return target == ErrBackend }
+
+// Locker grants leases on keys. Implementations are safe for concurrent use.
+type Locker interface {
+	// TryAcquire makes one attempt to take key for the given lease. It
+	// returns [ErrNotAcquired] when another holder has it. It never leaves
+	// a lock behind when it returns an error, even when ctx ends mid-call.
+	TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lease, error)
+	// Inspect reports whether key is held and how much of its lease is left.
+	Inspect(ctx context.Context, key string) (held bool, remaining time.Duration, err error)
+}
+
+// holder is what a Lease calls back into; implemented by this package's
+// lockers only.
+type holder interface {
+	release(ctx context.Context, key, token string) error
+	extend(ctx context.Context, key, token string, lease time.Duration) error
+}
+
+// Lease is a granted lock. Its methods are safe for concurrent use.
+type Lease struct {
+	key   string
+	token string
+	fence int64
+	ttl   time.Duration
+	h     holder
+
+	mu       sync.Mutex // guards stop and released
+	stop     chan struct{}
+	done     chan struct{}
+	released bool
+}
+
+func newLease(h holder, key, token string, fence int64, ttl time.Duration) *Lease {
+	return &Lease{key: key, token: token, fence: fence, ttl: ttl, h: h}
+}
+
+// Key returns the locked key.
+func (l *Lease) Key() string { return l.key }
+
+// Token returns the random token that identifies this grant.
+func (l *Lease) Token() string { return l.token }
+
+// Fence returns the grant's fencing number. Later grants of the same key
+// have larger numbers.
+func (l *Lease) Fence() int64 { return l.fence }
+
+// TTL returns the lease duration the lock was granted for.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Extend resets the lease to ttl from now, if this grant still holds the
+// lock; otherwise it returns [ErrNotHeld].
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("lock: extend %q: lease must be positive, got %v", l.key, ttl)
+	}
+	return l.h.extend(ctx, l.key, l.token, ttl)
+}
+
+// Release gives the lock up, if this grant still holds it, and stops the
+// watchdog. Releasing twice returns nil; releasing a lost lease returns
+// [ErrNotHeld].
+func (l *Lease) Release(ctx context.Context) error {
+	l.stopWatchdog()
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.released = true
+	l.mu.Unlock()
+	return l.h.release(ctx, l.key, l.token)
+}
+
+// KeepAlive starts a watchdog that extends the lease every third of its
+// duration until Release is called or ctx ends, so a slow holder does not
+// lose the lock. onLost, if not nil, is called once (from the watchdog
+// goroutine) when an extension finds the lease lost; backend errors are
+// retried at the next tick. Calling KeepAlive twice has no further effect.
+func (l *Lease) KeepAlive(ctx context.Context, onLost func(error)) {
+	l.mu.Lock()
+	if l.stop != nil || l.released {
+		l.mu.Unlock()
+		return
+	}
+	l.stop = make(chan struct{})
+	l.done = make(chan struct{})
+	stop, done := l.stop, l.done
+	l.mu.Unlock()
+
+	every := l.ttl / 3
+	if every <= 0 {
+		every = time.Millisecond
+	}
+	// The goroutine ends when Release closes stop, or when ctx ends, or when
+	// the lease is found lost.
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ectx, cancel := context.WithTimeout(ctx, every)
+			err := l.h.extend(ectx, l.key, l.token, l.ttl)
+			cancel()
+			if errors.Is(err, ErrNotHeld) {
+				if onLost != nil {
+					onLost(err)
+				}
+				return
+			}
+		}
+	}()
+}
+
+func (l *Lease) stopWatchdog() {
+	l.mu.Lock()
+	stop, done := l.stop, l.done
+	if stop != nil {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+	}
+	l.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}

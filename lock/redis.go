@@ -1,0 +1,209 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdguard/herdguard/internal/rkey"
+)
+
+// DefaultFenceRetention is how long a key's fence counter outlives the last
+// grant or extension of its lock when RedisOptions.FenceRetention is 0.
+const DefaultFenceRetention = 24 * time.Hour
+
+// cleanupTimeout bounds the token-checked delete that follows an acquire
+// whose outcome is unknown.
+const cleanupTimeout = 2 * time.Second
+
+// RedisClient is the part of a go-redis client that [Redis] uses. Both
+// *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
+// satisfy it.
+type RedisClient interface {
+	redis.Scripter
+	PTTL(ctx context.Context, key string) *redis.DurationCmd
+}
+
+// RedisOptions configures a [Redis] or a [RedisNotifier]. Only Namespace is
+// required.
+type RedisOptions struct {
+	// Prefix starts every key and channel. It must not contain braces, and
+	// must match the prefix of the cache whose keys are locked.
+	// default: "hg:"
+	Prefix string
+	// Namespace separates one pipeline's locks from another's; it is
+	// required and is usually the pipeline's name. It must not contain
+	// braces.
+	Namespace string
+	// FenceRetention is how long a key's fence counter lives after the
+	// last grant or extension of its lock. The counter must outlive any
+	// superseded holder that may still write back; a value stored with a
+	// fence keeps later grants above that fence even after the counter
+	// expires. Ignored by [RedisNotifier].
+	// default: 24 hours ([DefaultFenceRetention])
+	FenceRetention time.Duration
+}
+
+var (
+	//go:embed acquire.lua
+	acquireSource string
+	//go:embed release.lua
+	releaseSource string
+	//go:embed extend.lua
+	extendSource string
+
+	acquireScript = redis.NewScript(acquireSource)
+	releaseScript = redis.NewScript(releaseSource)
+	extendScript  = redis.NewScript(extendSource)
+)
+
+// Redis is a [Locker] whose locks live in Redis, so that processes sharing
+// the Redis coordinate. A lock is a key holding the holder's random token,
+// with the lease as its expiry; each grant increments a fence counter kept
+// next to it (same Redis Cluster hash slot).
+//
+// Scripts run with EVALSHA, falling back to EVAL once when Redis does not
+// know them (after a restart), so each operation is one round trip in the
+// steady state. Redis is safe for concurrent use.
+type Redis struct {
+	client    RedisClient
+	keys      rkey.Space
+	retention time.Duration
+}
+
+var (
+	_ Locker = (*Redis)(nil)
+	_ holder = (*Redis)(nil)
+)
+
+// NewRedis returns a [Locker] that keeps its locks in Redis through client.
+// It fails when client is nil or o.Namespace is empty.
+func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("lock: redis client is nil")
+	}
+	keys, err := rkey.New(o.Prefix, o.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	ret := o.FenceRetention
+	if ret <= 0 {
+		ret = DefaultFenceRetention
+	}
+	return &Redis{client: client, keys: keys, retention: ret}, nil
+}
+
+// TryAcquire implements [Locker] in one round trip. It returns
+// [ErrNotAcquired] when another holder has key, a [*BackendError] when
+// Redis fails, and an error matching ctx's when ctx ends first.
+//
+// When the outcome is unknown (ctx ended or the connection broke while the
+// script was in flight), TryAcquire deletes the lock by its token before it
+// returns, so that no lock is orphaned; if Redis cannot be reached for that
+// either, the lock expires with its lease.
+func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lease, error) {
+	if err := checkArgs(key, lease); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
+	}
+	tok := newToken()
+	fence, err := acquireScript.Run(ctx, r.client,
+		[]string{r.keys.Lock(key), r.keys.Fence(key), r.keys.Value(key)},
+		tok, millis(lease), millis(lease+r.retention), rkey.FieldFence,
+	).Int64()
+	switch {
+	case err == nil && fence > 0:
+		return newLease(r, key, tok, fence, lease), nil
+	case err == nil:
+		return nil, ErrNotAcquired
+	}
+	if !isReply(err) {
+		r.cleanup(ctx, key, tok)
+	}
+	return nil, failure(ctx, "acquire", key, err)
+}
+
+// cleanup deletes key's lock if tok holds it. It runs on a context detached
+// from ctx, because ctx may be the very reason the outcome is unknown, and
+// the delete must still happen after the caller has given up; its own short
+// deadline keeps a failing Redis from holding the caller long.
+func (r *Redis) cleanup(ctx context.Context, key, tok string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_ = releaseScript.Run(cctx, r.client, []string{r.keys.Lock(key)}, tok).Err()
+}
+
+// Inspect implements [Locker]. A lock without an expiry (set by hand)
+// reports held with 0 remaining.
+func (r *Redis) Inspect(ctx context.Context, key string) (held bool, remaining time.Duration, err error) {
+	d, err := r.client.PTTL(ctx, r.keys.Lock(key)).Result()
+	switch {
+	case err != nil:
+		return false, 0, failure(ctx, "inspect", key, err)
+	case d == -2: // go-redis passes Redis's "no such key" through as -2ns
+		return false, 0, nil
+	case d < 0: // -1: no expiry
+		return true, 0, nil
+	default:
+		return true, d, nil
+	}
+}
+
+func (r *Redis) release(ctx context.Context, key, token string) error {
+	n, err := releaseScript.Run(ctx, r.client, []string{r.keys.Lock(key)}, token).Int64()
+	if err != nil {
+		return failure(ctx, "release", key, err)
+	}
+	if n == 0 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (r *Redis) extend(ctx context.Context, key, token string, lease time.Duration) error {
+	n, err := extendScript.Run(ctx, r.client,
+		[]string{r.keys.Lock(key), r.keys.Fence(key)},
+		token, millis(lease), millis(lease+r.retention),
+	).Int64()
+	if err != nil {
+		return failure(ctx, "extend", key, err)
+	}
+	if n == 0 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// failure turns a go-redis error into the context's error, when ctx has
+// ended, or a [*BackendError].
+func failure(ctx context.Context, op, key string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("lock: %s %q: %w", op, key, cerr)
+	}
+	// A socket deadline taken from ctx may fire a hair before ctx's own
+	// timer: that is still the caller's deadline, not a backend failure.
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return fmt.Errorf("lock: %s %q: %w", op, key, context.DeadlineExceeded)
+	}
+	return &BackendError{Op: op, Err: err}
+}
+
+// isReply reports whether err is an error reply from Redis, which means the
+// command ran (or was refused) and its outcome is known. Anything else (a
+// broken connection, a timeout, a cancelled context) leaves it unknown.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// millis rounds d up to whole milliseconds, so a positive lease never
+// becomes 0 (which Redis refuses).
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

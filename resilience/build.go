@@ -1,0 +1,176 @@
+package resilience
+
+import (
+	"errors"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/telemetry"
+)
+
+// Version is the instrumentation version reported with spans and metrics.
+const Version = "0.1.0"
+
+// scope is the instrumentation scope: the instrumenting package's path.
+const scope = "github.com/herdguard/herdguard/resilience"
+
+// Build checks the configuration and returns the pipeline. Every problem is
+// reported, each as a [*ConfigError] saying what to change.
+func (b *Builder[V]) Build() (*Pipeline[V], error) {
+	c := b.c
+	errs := c.errs
+	bad := func(field, problem string) {
+		errs = append(errs, &ConfigError{Pipeline: c.name, Field: field, Problem: problem})
+	}
+	if c.name == "" {
+		bad("New", "the pipeline needs a name: it appears in errors, spans, metrics and Redis keys")
+	}
+	if c.keyless {
+		for _, s := range []struct {
+			on    bool
+			field string
+		}{{c.cacheOn, "Cache"}, {c.lockOn, "Lock"}, {c.redis != nil, "Redis"}, {c.singleFlight, "SingleFlight"},
+			{c.grace > 0, "Stale"}, {c.negativeTTL > 0, "NegativeTTL"}} {
+			if s.on {
+				bad(s.field, "needs a key, but the pipeline is Keyless: remove one of the two")
+			}
+		}
+	} else if c.callTimeout > 0 {
+		bad("CallTimeout", "bounds Do, which only a Keyless pipeline has; keyed calls are bounded by FlightTimeout and the caller's context")
+	}
+	needsCache := []struct {
+		on    bool
+		field string
+	}{{c.redis != nil, "Redis"}, {c.lockOn, "Lock"}, {c.grace > 0, "Stale"}, {c.negativeTTL > 0, "NegativeTTL"},
+		{c.swr, "StaleWhileRevalidate"}, {c.earlyBeta > 0, "EarlyRefresh"}, {c.l1TTL > 0, "L1TTL"}, {c.maxEntries > 0, "MaxEntries"}}
+	if !c.cacheOn && !c.keyless {
+		for _, s := range needsCache {
+			if s.on {
+				bad(s.field, "needs a cache to keep values in: add Cache(ttl)")
+			}
+		}
+	}
+	if c.swr && c.grace <= 0 {
+		bad("StaleWhileRevalidate", "serves stale copies, so it needs Stale(grace)")
+	}
+	if c.l1TTL > 0 && c.ttl > 0 && c.l1TTL > c.ttl {
+		bad("L1TTL", "must not be longer than the Cache ttl, or processes would serve values Redis has already replaced")
+	}
+	if c.negativeTTL > 0 && c.ttl > 0 && c.negativeTTL > c.ttl {
+		bad("NegativeTTL", "should be shorter than the Cache ttl: a not-found is cached briefly")
+	}
+	if c.retryOn {
+		if p := c.retry.validate(); p != "" {
+			bad("Retry", p)
+		}
+	}
+	if c.lockOn {
+		l := c.lock
+		if l.Lease < 0 || l.Wait < 0 || l.MaxWait < 0 || l.Poll < 0 {
+			bad("Lock", "durations must not be negative")
+		}
+		l = lockDefaults(l)
+		if l.MaxWait < l.Wait {
+			bad("Lock", "MaxWait must be at least Wait")
+		}
+	}
+	if !c.timeoutSet {
+		c.timeout = DefaultTimeout
+	}
+	if c.flightTimeout == 0 {
+		c.flightTimeout = DefaultFlightTimeout
+	}
+	if !c.keyless && c.flightTimeout < c.timeout {
+		bad("FlightTimeout", "must be at least Timeout, or no loader attempt could finish")
+	}
+	if len(errs) > 0 {
+		joined := make([]error, len(errs))
+		for i, e := range errs {
+			joined[i] = e
+		}
+		return nil, errors.Join(joined...)
+	}
+
+	p := &Pipeline[V]{
+		name: c.name, keyless: c.keyless,
+		ttl: c.ttl, l1TTL: c.l1TTL, negTTL: c.negativeTTL, grace: c.grace,
+		swr: c.swr, beta: c.earlyBeta,
+		timeout: c.timeout, callTimeout: c.callTimeout, flightTimeout: c.flightTimeout,
+		isFailure: c.isFailure,
+	}
+	p.jitter = DefaultJitter
+	if c.jitterSet {
+		p.jitter = c.jitter
+	}
+	if p.l1TTL == 0 {
+		p.l1TTL = p.ttl
+	}
+	tel, err := telemetry.New(scope, Version, c.name, c.telemetry)
+	if err != nil {
+		return nil, err
+	}
+	p.tel = tel
+	if c.retryOn {
+		r := c.retry.withDefaults()
+		p.retry = &r
+	}
+	if c.breakerOn {
+		s := c.breaker
+		if s.Name == "" {
+			s.Name = c.name
+		}
+		if s.IsFailure == nil {
+			s.IsFailure = p.countsAsFailure
+		}
+		s.OnStateChange = p.breakerObserver(s.OnStateChange, c.onBreaker)
+		if p.br, err = breaker.New(s); err != nil {
+			return nil, &ConfigError{Pipeline: c.name, Field: "Breaker", Problem: err.Error()}
+		}
+	}
+	p.fb = fallback.Chain[V]{Default: c.defaultFn, Handles: p.fallbackHandles}
+	if c.cacheOn {
+		p.l1 = cache.NewMemory[V](cache.MemoryOptions{MaxEntries: c.maxEntries})
+	}
+	if c.singleFlight || c.lockOn {
+		p.group = new(singleflight.Group)
+	}
+	if c.redis != nil {
+		if err := p.wireRedis(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.lockOn {
+		p.lockCfg = lockDefaults(c.lock)
+		if p.locker == nil { // embedded default
+			p.locker = new(lock.Memory)
+			p.notifier = new(lock.MemoryNotifier)
+		}
+		p.shared = p.l2
+		if p.shared == nil {
+			p.shared = memStore[V]{p.l1}
+		}
+	}
+	p.keyStages = p.l1 != nil || p.group != nil || p.locker != nil
+	return p, nil
+}
+
+func lockDefaults(l LockSettings) LockSettings {
+	if l.Lease == 0 {
+		l.Lease = DefaultLockLease
+	}
+	if l.Wait == 0 {
+		l.Wait = DefaultLockWait
+	}
+	if l.MaxWait == 0 {
+		l.MaxWait = max(DefaultLockMaxWait, l.Wait)
+	}
+	if l.Poll == 0 {
+		l.Poll = 200 * time.Millisecond
+	}
+	return l
+}

@@ -1,0 +1,360 @@
+package resilience
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/telemetry"
+)
+
+// Defaults of the builder. Each applies when the matching builder method is
+// not called, or is called with a zero value.
+const (
+	// DefaultMaxEntries bounds the in-process cache.
+	DefaultMaxEntries = cache.DefaultMaxEntries
+	// DefaultJitter spreads TTLs over their last 10%.
+	DefaultJitter = 0.1
+	// DefaultTimeout bounds one loader attempt.
+	DefaultTimeout = 10 * time.Second
+	// DefaultFlightTimeout bounds a shared load, which runs detached from
+	// its callers' contexts so that one caller leaving does not cancel it
+	// for the others.
+	DefaultFlightTimeout = time.Minute
+	// DefaultLockLease is how long a lock holder owns the lock before it
+	// expires on its own; a watchdog extends it while the loader runs.
+	DefaultLockLease = 30 * time.Second
+	// DefaultLockWait is how long a waiter waits for the holder's value
+	// before it considers loading on its own.
+	DefaultLockWait = 5 * time.Second
+	// DefaultLockMaxWait caps the wait while the holder is still alive
+	// (extending its lease).
+	DefaultLockMaxWait = 30 * time.Second
+	// DefaultRedisTimeout bounds each Redis operation.
+	DefaultRedisTimeout = 200 * time.Millisecond
+	// DefaultRedisOpenTimeout is how long the Redis breaker stays open.
+	DefaultRedisOpenTimeout = 5 * time.Second
+	// DefaultPrefix prefixes every Redis key.
+	DefaultPrefix = "hg:"
+)
+
+// LockSettings configures the distributed lock. Zero fields take defaults.
+type LockSettings struct {
+	// Lease is how long a holder owns the lock.
+	// default: 30 seconds (DefaultLockLease)
+	Lease time.Duration
+	// Wait is how long a waiter waits for the value before it loads on
+	// its own, unless the holder is still alive.
+	// default: 5 seconds (DefaultLockWait)
+	Wait time.Duration
+	// MaxWait caps the wait while the holder is alive.
+	// default: 30 seconds (DefaultLockMaxWait)
+	MaxWait time.Duration
+	// Poll is the first interval of the waiters' safety-net poll; waiters
+	// are woken by the holder's announcement, the poll only covers a lost
+	// one. It grows by half each time, with jitter, up to 1 second.
+	// default: 200 milliseconds
+	Poll time.Duration
+}
+
+// RedisOptions configures the Redis stages. Zero fields take defaults.
+type RedisOptions struct {
+	// Prefix starts every key the pipeline writes.
+	// default: "hg:"
+	Prefix string
+	// Codec encodes values.
+	// default: cache.JSON
+	Codec cache.Codec
+	// OpTimeout bounds each Redis operation, so a slow Redis cannot hold
+	// callers hostage.
+	// default: 200 milliseconds
+	OpTimeout time.Duration
+	// Breaker configures the breaker around Redis operations. It is
+	// shared by every pipeline built on the same client: the first
+	// pipeline built on a client sets it.
+	// default: opens after 5 consecutive failures, stays open 5 seconds,
+	// one probe.
+	Breaker breaker.Settings
+}
+
+// Builder assembles a [Pipeline]. Its methods record settings and return
+// the builder, so calls chain; [Builder.Build] checks them all at once.
+// A Builder is not safe for concurrent use; the Pipeline it builds is.
+type Builder[V any] struct {
+	c config[V]
+}
+
+type config[V any] struct {
+	name    string
+	keyless bool
+
+	cacheOn     bool
+	ttl         time.Duration
+	l1TTL       time.Duration
+	maxEntries  int
+	jitter      float64
+	jitterSet   bool
+	negativeTTL time.Duration
+	grace       time.Duration
+	swr         bool
+	earlyBeta   float64
+
+	singleFlight bool
+
+	breakerOn bool
+	breaker   breaker.Settings
+
+	timeout       time.Duration
+	timeoutSet    bool
+	callTimeout   time.Duration
+	flightTimeout time.Duration
+	retryOn       bool
+	retry         RetrySettings
+
+	lockOn bool
+	lock   LockSettings
+
+	redis     redis.UniversalClient
+	redisOpts RedisOptions
+
+	defaultFn func(ctx context.Context, key string, cause error) (V, error)
+	isFailure func(error) bool
+	onBreaker func(name string, from, to breaker.State)
+	telemetry telemetry.Config
+	errs      []*ConfigError
+}
+
+// New starts a builder for the pipeline named name. The name appears in
+// errors, spans, metrics and Redis keys, so it should be stable and unique
+// per call site.
+func New[V any](name string) *Builder[V] {
+	return &Builder[V]{c: config[V]{name: name}}
+}
+
+func (b *Builder[V]) fail(field, format string, args ...any) *Builder[V] {
+	b.c.errs = append(b.c.errs, &ConfigError{Pipeline: b.c.name, Field: field, Problem: fmt.Sprintf(format, args...)})
+	return b
+}
+
+// Keyless declares a pipeline for calls that have no key (an HTTP POST, a
+// write): only breaker, retry, timeouts and the default run, through
+// [Pipeline.Do]. Build refuses key stages (cache, lock, Redis) on it.
+func (b *Builder[V]) Keyless() *Builder[V] { b.c.keyless = true; return b }
+
+// Cache turns on the in-process cache (L1), keeping each value fresh for
+// ttl (jittered, see [Builder.Jitter]). With [Builder.Redis], ttl is also
+// the Redis cache's TTL.
+func (b *Builder[V]) Cache(ttl time.Duration) *Builder[V] {
+	if ttl <= 0 {
+		return b.fail("Cache", "ttl must be positive, got %v", ttl)
+	}
+	b.c.cacheOn, b.c.ttl = true, ttl
+	return b
+}
+
+// L1TTL keeps values in the in-process cache for d instead of the Cache
+// ttl, so that processes pick up a value another one rewrote in Redis
+// sooner. It must not be longer than the Cache ttl.
+// default: the Cache ttl
+func (b *Builder[V]) L1TTL(d time.Duration) *Builder[V] {
+	if d <= 0 {
+		return b.fail("L1TTL", "must be positive, got %v", d)
+	}
+	b.c.l1TTL = d
+	return b
+}
+
+// MaxEntries bounds the in-process cache.
+// default: 10,000
+func (b *Builder[V]) MaxEntries(n int) *Builder[V] {
+	if n <= 0 {
+		return b.fail("MaxEntries", "must be positive, got %d", n)
+	}
+	b.c.maxEntries = n
+	return b
+}
+
+// Jitter spreads each TTL at random over its last fraction, so that keys
+// written together do not expire together. 0 turns jitter off.
+// default: 0.1
+func (b *Builder[V]) Jitter(fraction float64) *Builder[V] {
+	if fraction < 0 || fraction >= 1 {
+		return b.fail("Jitter", "fraction must be in [0, 1), got %v", fraction)
+	}
+	b.c.jitter, b.c.jitterSet = fraction, true
+	return b
+}
+
+// NegativeTTL caches a loader's [ErrNotFound] for d, so a missing key does
+// not reach the loader on every call. Keep it short.
+// default: 0 (not-found is not cached)
+func (b *Builder[V]) NegativeTTL(d time.Duration) *Builder[V] {
+	if d <= 0 {
+		return b.fail("NegativeTTL", "must be positive, got %v", d)
+	}
+	b.c.negativeTTL = d
+	return b
+}
+
+// Stale keeps each cached value for grace past its TTL as a stale copy,
+// which the fallback chain serves when the loader fails.
+// default: 0 (no stale copies)
+func (b *Builder[V]) Stale(grace time.Duration) *Builder[V] {
+	if grace <= 0 {
+		return b.fail("Stale", "grace must be positive, got %v", grace)
+	}
+	b.c.grace = grace
+	return b
+}
+
+// StaleWhileRevalidate serves a stale copy at once when the value has
+// expired, and refreshes it once in the background. Needs [Builder.Stale].
+func (b *Builder[V]) StaleWhileRevalidate() *Builder[V] { b.c.swr = true; return b }
+
+// EarlyRefresh refreshes hot keys before they expire, in the background,
+// with probability rising as expiry nears and with the value's last load
+// time (XFetch, Vattani et al., VLDB 2015). beta scales how early: 1 is the
+// paper's choice; larger is earlier.
+// default: off
+func (b *Builder[V]) EarlyRefresh(beta float64) *Builder[V] {
+	if beta <= 0 {
+		return b.fail("EarlyRefresh", "beta must be positive, got %v", beta)
+	}
+	b.c.earlyBeta = beta
+	return b
+}
+
+// SingleFlight coalesces concurrent calls for one key in this process into
+// one load. [Builder.Lock] turns it on too.
+func (b *Builder[V]) SingleFlight() *Builder[V] { b.c.singleFlight = true; return b }
+
+// Breaker puts a circuit breaker around the loader. Zero fields of s take
+// the breaker package's defaults: open after 5 consecutive failures, stay
+// open 30 seconds, one half-open probe. s.Name defaults to the pipeline's
+// name.
+func (b *Builder[V]) Breaker(s breaker.Settings) *Builder[V] {
+	b.c.breakerOn, b.c.breaker = true, s
+	return b
+}
+
+// OnBreakerChange is called after each state change of the pipeline's
+// breakers (the loader's, and the Redis one), outside their locks.
+func (b *Builder[V]) OnBreakerChange(fn func(name string, from, to breaker.State)) *Builder[V] {
+	b.c.onBreaker = fn
+	return b
+}
+
+// Timeout bounds each loader attempt.
+// default: 10 seconds
+func (b *Builder[V]) Timeout(d time.Duration) *Builder[V] {
+	if d <= 0 {
+		return b.fail("Timeout", "must be positive, got %v", d)
+	}
+	b.c.timeout, b.c.timeoutSet = d, true
+	return b
+}
+
+// CallTimeout bounds a whole call to [Pipeline.Do], retries included.
+// default: none beyond the caller's context
+func (b *Builder[V]) CallTimeout(d time.Duration) *Builder[V] {
+	if d <= 0 {
+		return b.fail("CallTimeout", "must be positive, got %v", d)
+	}
+	b.c.callTimeout = d
+	return b
+}
+
+// FlightTimeout bounds a shared load (lock wait, retries and loader
+// attempts together), which runs detached from its callers' contexts.
+// default: 1 minute
+func (b *Builder[V]) FlightTimeout(d time.Duration) *Builder[V] {
+	if d <= 0 {
+		return b.fail("FlightTimeout", "must be positive, got %v", d)
+	}
+	b.c.flightTimeout = d
+	return b
+}
+
+// Retry retries failed loader attempts with exponential backoff and jitter.
+// See [RetrySettings] for the defaults.
+func (b *Builder[V]) Retry(s RetrySettings) *Builder[V] {
+	b.c.retryOn, b.c.retry = true, s
+	return b
+}
+
+// Lock turns on the distributed lock, so one process loads a cold key while
+// others wait for its value. Without [Builder.Redis] the lock is in-process.
+// Zero fields of s take defaults; see [LockSettings].
+func (b *Builder[V]) Lock(s LockSettings) *Builder[V] {
+	b.c.lockOn, b.c.lock = true, s
+	return b
+}
+
+// Redis adds a Redis cache (L2) behind the in-process one, and with
+// [Builder.Lock], makes the lock a Redis lock shared by every process on
+// the same Redis. client may be a single node, Sentinel or Cluster client.
+func (b *Builder[V]) Redis(client redis.UniversalClient) *Builder[V] {
+	if client == nil {
+		return b.fail("Redis", "client is nil")
+	}
+	b.c.redis = client
+	return b
+}
+
+// RedisOptions sets the Redis options; see [RedisOptions] for defaults.
+func (b *Builder[V]) RedisOptions(o RedisOptions) *Builder[V] {
+	if o.OpTimeout < 0 {
+		return b.fail("RedisOptions", "OpTimeout must not be negative, got %v", o.OpTimeout)
+	}
+	b.c.redisOpts = o
+	return b
+}
+
+// Default makes fn the fallback chain's last resort: when the loader fails
+// and no stale copy is left, fn's value is served.
+func (b *Builder[V]) Default(fn func(ctx context.Context, key string, cause error) (V, error)) *Builder[V] {
+	if fn == nil {
+		return b.fail("Default", "fn is nil")
+	}
+	b.c.defaultFn = fn
+	return b
+}
+
+// DefaultValue serves v when the loader fails and no stale copy is left.
+func (b *Builder[V]) DefaultValue(v V) *Builder[V] {
+	b.c.defaultFn = func(context.Context, string, error) (V, error) { return v, nil }
+	return b
+}
+
+// IsFailure decides which loader errors count against the breaker, are
+// retried and go to the fallback chain. [ErrNotFound] and the caller's own
+// cancellation never count.
+// default: every other error
+func (b *Builder[V]) IsFailure(fn func(error) bool) *Builder[V] {
+	b.c.isFailure = fn
+	return b
+}
+
+// Telemetry sets the providers and key policy; see [telemetry.Config].
+// default: the global providers, keys off spans
+func (b *Builder[V]) Telemetry(c telemetry.Config) *Builder[V] { b.c.telemetry = c; return b }
+
+// TracerProvider sets the TracerProvider.
+// default: otel.GetTracerProvider()
+func (b *Builder[V]) TracerProvider(tp trace.TracerProvider) *Builder[V] {
+	b.c.telemetry.TracerProvider = tp
+	return b
+}
+
+// MeterProvider sets the MeterProvider.
+// default: otel.GetMeterProvider()
+func (b *Builder[V]) MeterProvider(mp metric.MeterProvider) *Builder[V] {
+	b.c.telemetry.MeterProvider = mp
+	return b
+}

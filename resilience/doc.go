@@ -1,0 +1,28 @@
+// Package resilience composes the toolkit's stages into one pipeline per call
+// site: an in-process cache, local single-flight, a Redis cache, a
+// distributed lock, the loader behind its breaker, retry and timeout, and
+// fallbacks (a stale copy, then a default).
+//
+// A [Builder] assembles a [Pipeline] once, at start-up:
+//
+//	users, err := resilience.New[User]("users").
+//		Cache(5 * time.Minute).
+//		Breaker(breaker.Settings{}).
+//		Timeout(2 * time.Second).
+//		Stale(time.Hour).
+//		Build()
+//
+// and each call then runs through the stages that were configured:
+//
+//	u, err := users.Get(ctx, "42", loadUser)
+//
+// For one key, at most one loader call runs per process at a time; with a
+// distributed lock ([Builder.Redis] and [Builder.Lock]), at most one across
+// all processes while Redis is healthy. When Redis fails, calls fail open:
+// they go on without it, and the result says so. When the loader fails, the
+// fallback chain answers. [Result] tells each caller where its value came
+// from.
+//
+// With no Redis configured the pipeline runs in one process (the embedded
+// default): memory cache, in-process lock.
+package resilience

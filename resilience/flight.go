@@ -1,0 +1,202 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"runtime/debug"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/telemetry"
+)
+
+// outcome is what a shared load hands every caller that joined it.
+type outcome[V any] struct {
+	res      Result[V]
+	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
+	hasStale bool
+	leadSpan trace.SpanContext // the load's span, for joiners' links
+	// force makes a refresh skip fresh copies and call the loader.
+	force bool
+}
+
+// miss handles a call the in-process cache could not answer: one shared
+// load per key, then the fallback chain for whoever it failed.
+func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], stale cache.Entry[V], hasStale bool) (Result[V], error) {
+	if hasStale && p.swr {
+		// Serve the stale copy now; one refresh runs in the background.
+		p.refreshAsync(ctx, key, load)
+		return Result[V]{Value: stale.Value, Source: SourceStale}, nil
+	}
+	var o *outcome[V]
+	var err error
+	if p.group == nil {
+		o, err = p.fetchInto(ctx, key, load, &outcome[V]{})
+	} else {
+		o, err = p.joinFlight(ctx, key, load)
+		if o == nil { // the caller left: its own context ended
+			return Result[V]{}, err
+		}
+	}
+	if err == nil || o.res.NotFound {
+		return o.res, err
+	}
+	if ctx.Err() != nil {
+		return Result[V]{FailedOpen: o.res.FailedOpen}, err
+	}
+	if !hasStale && o.hasStale {
+		stale, hasStale = o.stale, true
+	}
+	if stale.NotFound {
+		hasStale = false
+	}
+	return p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen)
+}
+
+// joinFlight runs load under the key's single-flight, or joins the one
+// running. A joiner whose ctx ends returns at once; the shared load goes on
+// for the others.
+func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[V]) (*outcome[V], error) {
+	led := false
+	ch := p.group.DoChan(key, func() (any, error) {
+		led = true // read only after the result arrives on ch
+		if p.bg.add() {
+			defer p.bg.done()
+		}
+		// The shared load must outlive the caller that started it: other
+		// callers wait for it. It keeps the leader's values (its span) but
+		// not its cancellation, and gets a deadline of its own.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.flightTimeout)
+		defer cancel()
+		return p.fetchSafe(fctx, key, load)
+	})
+	var sp trace.Span
+	if p.tel.Tracing() {
+		_, sp = p.tel.Start(ctx, telemetry.SpanSingleFlght)
+		defer sp.End()
+	}
+	select {
+	case <-ctx.Done():
+		// led may still be written by the load: do not read it here.
+		return nil, ctx.Err()
+	case r := <-ch:
+		o, _ := r.Val.(*outcome[V])
+		if o == nil { // fetchSafe always returns an outcome; be defensive
+			o = &outcome[V]{}
+		}
+		if !led {
+			c := *o // each joiner gets its own copy to relabel
+			if c.res.Source == SourceLoader || c.res.Source == SourceWaited || c.res.Source == SourceL2 {
+				c.res.Source = SourceCoalesced
+			}
+			o = &c
+		}
+		if sp != nil {
+			sp.SetAttributes(telemetry.Shared.Bool(!led))
+			if !led && o.leadSpan.IsValid() {
+				sp.AddLink(trace.Link{SpanContext: o.leadSpan})
+			}
+		}
+		return o, r.Err
+	}
+}
+
+// fetchSafe is fetch that turns a panic into a [*PanicError]: singleflight's
+// DoChan would otherwise re-panic on a fresh goroutine and crash the
+// process.
+func (p *Pipeline[V]) fetchSafe(ctx context.Context, key string, load LoadFunc[V]) (*outcome[V], error) {
+	return p.fetchInto(ctx, key, load, &outcome[V]{})
+}
+
+// fetchInto is fetch into o, with panics turned into errors.
+func (p *Pipeline[V]) fetchInto(ctx context.Context, key string, load LoadFunc[V], o *outcome[V]) (_ *outcome[V], err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return p.fetch(ctx, key, load, o)
+}
+
+// fetch is the shared part of a miss: L2, then the lock, then the loader.
+func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o *outcome[V]) (*outcome[V], error) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		o.leadSpan = sc
+	}
+	if p.l2 != nil {
+		e, f, err := p.l2Get(ctx, key)
+		switch {
+		case err != nil:
+			o.res.FailedOpen = true
+		case f == cache.Fresh && !o.force:
+			p.fillL1(key, e)
+			o.res, err = fromEntry(e, SourceL2)
+			return o, err
+		case f == cache.Stale:
+			o.stale, o.hasStale = e, true
+			if p.swr && !e.NotFound {
+				p.fillL1(key, e)
+				p.refreshAsync(ctx, key, load)
+				o.res = Result[V]{Value: e.Value, Source: SourceStale}
+				return o, nil
+			}
+		}
+	}
+	if p.locker != nil && !o.res.FailedOpen {
+		return p.lockedLoad(ctx, key, load, o)
+	}
+	return o, p.loadAndStore(ctx, key, load, 0, o)
+}
+
+// fallBack runs the fallback chain for a call whose load failed with cause.
+func (p *Pipeline[V]) fallBack(ctx context.Context, key string, cause error, stale V, hasStale, failedOpen bool) (Result[V], error) {
+	var sp trace.Span
+	if p.tel.Tracing() {
+		ctx, sp = p.tel.Start(ctx, telemetry.SpanFallback, trace.WithAttributes(telemetry.FallbackReason.String(reason(cause))))
+		defer sp.End()
+	}
+	v, src, err := p.fb.Resolve(ctx, key, cause, stale, hasStale)
+	if sp != nil {
+		sp.SetAttributes(telemetry.Source.String(src.String()))
+	}
+	switch src {
+	case fallback.Stale:
+		return Result[V]{Value: v, Source: SourceStale, FailedOpen: failedOpen, Cause: cause}, nil
+	case fallback.Default:
+		return Result[V]{Value: v, Source: SourceDefault, FailedOpen: failedOpen, Cause: cause}, nil
+	}
+	return Result[V]{FailedOpen: failedOpen}, err
+}
+
+// fallbackHandles says which errors the fallback chain answers: loader
+// failures, not a caller's own cancellation nor a stored not-found.
+func (p *Pipeline[V]) fallbackHandles(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrNotFound) {
+		return false
+	}
+	if p.isFailure != nil && !isBreakerRefusal(err) && !errors.Is(err, ErrTimeout) {
+		var pe *PanicError
+		if !errors.As(err, &pe) {
+			return p.isFailure(err)
+		}
+	}
+	return true
+}
+
+// reason names why a fallback answered, for spans and metrics.
+func reason(err error) string {
+	var pe *PanicError
+	switch {
+	case err == nil:
+		return ""
+	case isBreakerRefusal(err):
+		return "breaker_open"
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.As(err, &pe):
+		return "panic"
+	}
+	return "error"
+}

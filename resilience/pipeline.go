@@ -1,0 +1,232 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/telemetry"
+)
+
+// LoadFunc loads the value of key: the expensive call the pipeline guards.
+// It should honour ctx. Returning [ErrNotFound] says the key has no value.
+type LoadFunc[V any] func(ctx context.Context, key string) (V, error)
+
+// Pipeline runs calls through the stages its [Builder] configured. It is
+// safe for concurrent use. Close it when done to stop its background work.
+type Pipeline[V any] struct {
+	name      string
+	keyless   bool
+	keyStages bool
+
+	l1     *cache.Memory[V]
+	l2     remoteStore[V] // nil without Redis
+	shared remoteStore[V] // what lock waiters read: l2, else l1
+	infra  *infra         // Redis breaker and timeouts; nil without Redis
+	group  *singleflight.Group
+
+	locker   lock.Locker
+	notifier lock.Notifier
+	lockCfg  LockSettings
+
+	br        *breaker.Breaker
+	retry     *RetrySettings
+	fb        fallback.Chain[V]
+	isFailure func(error) bool
+	tel       *telemetry.Telemetry
+
+	ttl, l1TTL, negTTL, grace time.Duration
+	jitter                    float64
+	swr                       bool
+	beta                      float64
+	timeout, callTimeout      time.Duration
+	flightTimeout             time.Duration
+
+	closers []func() error
+	bg      tasks // shared loads and refreshes; Close waits for them
+	// refreshing holds the keys with a background refresh under way.
+	refreshing refreshSet
+	closed     atomic.Bool
+}
+
+// Name returns the pipeline's name.
+func (p *Pipeline[V]) Name() string { return p.name }
+
+// Get returns the value of key: from the caches if fresh, else from load,
+// run once for all concurrent callers. It is [Pipeline.GetResult] without
+// the details.
+func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
+	r, err := p.GetResult(ctx, key, load)
+	return r.Value, err
+}
+
+// GetResult is [Pipeline.Get] that also says where the value came from and
+// whether the call failed open or fell back.
+func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
+	if err := p.checkGet(ctx, key, load); err != nil {
+		return Result[V]{}, err
+	}
+	if p.tel.Tracing() || p.tel.Metering() {
+		return p.getObserved(ctx, key, load)
+	}
+	return p.get(ctx, key, load)
+}
+
+func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]) error {
+	switch {
+	case ctx == nil:
+		return ErrNilContext
+	case key == "":
+		return ErrEmptyKey
+	case load == nil:
+		return ErrNilLoader
+	case p.keyless:
+		return wrongCall(p.name, "is Keyless: use Do")
+	case p.closed.Load():
+		return ErrClosed
+	}
+	return nil
+}
+
+func wrongCall(name, why string) error {
+	return &wrongCallError{name: name, why: why}
+}
+
+type wrongCallError struct{ name, why string }
+
+func (e *wrongCallError) Error() string { return "resilience: pipeline " + quote(e.name) + " " + e.why }
+func (e *wrongCallError) Unwrap() error { return ErrWrongCall }
+
+func quote(s string) string { return "\"" + s + "\"" }
+
+// get is the call path with telemetry off. It stays free of allocations on
+// an L1 hit.
+func (p *Pipeline[V]) get(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
+	var stale cache.Entry[V]
+	hasStale := false
+	if p.l1 != nil {
+		e, f := p.l1.Lookup(key)
+		if f == cache.Fresh {
+			if p.beta > 0 && p.refreshEarly(&e) {
+				p.refreshAsync(ctx, key, load)
+			}
+			return fromEntry(e, SourceL1)
+		}
+		if f == cache.Stale {
+			stale, hasStale = e, true
+		}
+	}
+	return p.miss(ctx, key, load, stale, hasStale)
+}
+
+// getObserved is the call path with telemetry on: a span for the call and
+// one for each stage that runs.
+func (p *Pipeline[V]) getObserved(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
+	ctx, sp := p.tel.Start(ctx, telemetry.SpanGet, trace.WithAttributes(p.tel.PipelineAttr))
+	if sp != nil {
+		if kv, ok := p.tel.KeyAttr(key); ok {
+			sp.SetAttributes(kv)
+		}
+	}
+	var stale cache.Entry[V]
+	hasStale := false
+	var r Result[V]
+	var err error
+	hit := false
+	if p.l1 != nil {
+		_, l1sp := p.tel.Start(ctx, telemetry.SpanL1)
+		e, f := p.l1.Lookup(key)
+		if l1sp != nil {
+			l1sp.SetAttributes(telemetry.Hit.Bool(f == cache.Fresh), telemetry.Freshness.String(f.String()))
+			l1sp.End()
+		}
+		switch f {
+		case cache.Fresh:
+			if p.beta > 0 && p.refreshEarly(&e) {
+				p.refreshAsync(ctx, key, load)
+			}
+			r, err = fromEntry(e, SourceL1)
+			hit = true
+		case cache.Stale:
+			stale, hasStale = e, true
+		}
+	}
+	if !hit {
+		r, err = p.miss(ctx, key, load, stale, hasStale)
+	}
+	p.finishCall(ctx, sp, &r, err)
+	return r, err
+}
+
+// finishCall records the call's outcome on its span and in the metrics.
+func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V], err error) {
+	if p.tel.Metering() {
+		p.tel.Call(ctx, r.Source.String(), r.FailedOpen)
+		if r.Cause != nil {
+			p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
+		}
+	}
+	if sp == nil {
+		return
+	}
+	sp.SetAttributes(telemetry.Source.String(r.Source.String()), telemetry.FailedOpen.Bool(r.FailedOpen))
+	if r.NotFound {
+		sp.SetAttributes(telemetry.NotFound.Bool(true))
+	}
+	if r.Cause != nil {
+		// Handled: the caller got a value. The cause is an event, not an
+		// error status.
+		sp.SetAttributes(telemetry.Fallback.Bool(true), telemetry.FallbackReason.String(reason(r.Cause)))
+		sp.AddEvent("fallback", trace.WithAttributes(telemetry.FallbackReason.String(reason(r.Cause))))
+	}
+	if err != nil && !r.NotFound {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}
+
+func fromEntry[V any](e cache.Entry[V], src Source) (Result[V], error) {
+	if e.NotFound {
+		return Result[V]{Source: src, NotFound: true}, ErrNotFound
+	}
+	return Result[V]{Value: e.Value, Source: src}, nil
+}
+
+// refreshEarly decides, XFetch style, whether a fresh entry should be
+// reloaded now: with probability rising as expiry nears, and earlier for
+// values that took long to load.
+func (p *Pipeline[V]) refreshEarly(e *cache.Entry[V]) bool {
+	if e.LoadDuration <= 0 {
+		return false
+	}
+	gap := float64(e.LoadDuration) * p.beta * -math.Log(1-rand.Float64())
+	return time.Now().Add(time.Duration(gap)).After(e.Expires)
+}
+
+// Close stops the pipeline's background work (shared loads still under way,
+// refreshes, the Redis subscription) and waits for it; FlightTimeout bounds
+// the wait. Calls after Close return [ErrClosed].
+// Close does not close the Redis client, which the caller owns.
+func (p *Pipeline[V]) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.bg.close()
+	var errs []error
+	for _, c := range p.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,482 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+)
+
+// counter is a loader that counts its calls and can be told what to do.
+type counter struct {
+	calls atomic.Int64
+	delay time.Duration
+	gate  chan struct{} // if not nil, the loader waits for it to close
+	fn    func(n int64) (string, error)
+}
+
+func (c *counter) load(ctx context.Context, key string) (string, error) {
+	n := c.calls.Add(1)
+	if c.gate != nil {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	if c.delay > 0 {
+		select {
+		case <-time.After(c.delay):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	if c.fn != nil {
+		return c.fn(n)
+	}
+	return "v:" + key, nil
+}
+
+func build[V any](t *testing.T, b *Builder[V]) *Pipeline[V] {
+	t.Helper()
+	p, err := b.Build()
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func TestGet_singleFlight_oneLoadForManyCallers(t *testing.T) {
+	p := build(t, New[string]("sf").Cache(time.Minute).SingleFlight())
+	c := &counter{gate: make(chan struct{})}
+	const n = 200
+	var wg sync.WaitGroup
+	results := make([]Result[string], n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = p.GetResult(context.Background(), "k", c.load)
+		}()
+	}
+	// Let the callers pile up behind the one load before it finishes.
+	waitFor(t, func() bool { return c.calls.Load() == 1 })
+	time.Sleep(20 * time.Millisecond)
+	close(c.gate)
+	wg.Wait()
+	if got := c.calls.Load(); got != 1 {
+		t.Fatalf("loader calls = %d, want 1", got)
+	}
+	bySource := map[Source]int{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if results[i].Value != "v:k" {
+			t.Fatalf("caller %d: value %q", i, results[i].Value)
+		}
+		bySource[results[i].Source]++
+	}
+	if bySource[SourceLoader] != 1 {
+		t.Errorf("sources = %v, want exactly one loader", bySource)
+	}
+	if bySource[SourceLoader]+bySource[SourceCoalesced]+bySource[SourceL1] != n {
+		t.Errorf("sources = %v, want only loader, coalesced, l1", bySource)
+	}
+	r, err := p.GetResult(context.Background(), "k", c.load)
+	if err != nil || r.Source != SourceL1 || r.Value != "v:k" {
+		t.Fatalf("after load: %+v, %v; want l1 hit", r, err)
+	}
+}
+
+func TestGet_joinerLeaves_loadGoesOn(t *testing.T) {
+	p := build(t, New[string]("leave").Cache(time.Minute).SingleFlight())
+	c := &counter{gate: make(chan struct{})}
+	leaderDone := make(chan error, 1)
+	go func() {
+		_, err := p.Get(context.Background(), "k", c.load)
+		leaderDone <- err
+	}()
+	waitFor(t, func() bool { return c.calls.Load() == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	joined := make(chan error, 1)
+	go func() {
+		_, err := p.Get(ctx, "k", c.load)
+		joined <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-joined:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("joiner err = %v, want context.Canceled", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("joiner did not return after its ctx ended")
+	}
+	close(c.gate)
+	if err := <-leaderDone; err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	if c.calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1", c.calls.Load())
+	}
+}
+
+func TestGet_leaderLeaves_sharedLoadFinishesDetached(t *testing.T) {
+	p := build(t, New[string]("detach").Cache(time.Minute).SingleFlight())
+	c := &counter{gate: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	leader := make(chan error, 1)
+	go func() {
+		_, err := p.Get(ctx, "k", c.load)
+		leader <- err
+	}()
+	waitFor(t, func() bool { return c.calls.Load() == 1 })
+	joiner := make(chan Result[string], 1)
+	go func() {
+		r, _ := p.GetResult(context.Background(), "k", c.load)
+		joiner <- r
+	}()
+	time.Sleep(10 * time.Millisecond)
+	cancel() // the leader leaves; its load must not be cancelled
+	if err := <-leader; !errors.Is(err, context.Canceled) {
+		t.Fatalf("leader err = %v, want context.Canceled", err)
+	}
+	close(c.gate)
+	r := <-joiner
+	if r.Value != "v:k" || r.Source != SourceCoalesced {
+		t.Fatalf("joiner got %+v, want the shared value, coalesced", r)
+	}
+	if c.calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1", c.calls.Load())
+	}
+}
+
+func TestGet_loaderPanic_isErrorForEveryWaiter(t *testing.T) {
+	p := build(t, New[string]("panic").Cache(time.Minute).SingleFlight())
+	gate := make(chan struct{})
+	var calls atomic.Int64
+	load := func(ctx context.Context, key string) (string, error) {
+		calls.Add(1)
+		<-gate
+		panic("boom")
+	}
+	const n = 20
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := p.Get(context.Background(), "k", load)
+			errs <- err
+		}()
+	}
+	waitFor(t, func() bool { return calls.Load() == 1 })
+	time.Sleep(20 * time.Millisecond)
+	close(gate)
+	for range n {
+		err := <-errs
+		var pe *PanicError
+		if !errors.As(err, &pe) || pe.Value != "boom" || len(pe.Stack) == 0 {
+			t.Fatalf("err = %v, want *PanicError{boom} with a stack", err)
+		}
+	}
+}
+
+func TestGet_values_zeroNotFoundMiss(t *testing.T) {
+	p := build(t, New[int]("values").Cache(time.Minute).NegativeTTL(time.Second))
+	var calls atomic.Int64
+	load := func(_ context.Context, key string) (int, error) {
+		calls.Add(1)
+		if key == "missing" {
+			return 0, ErrNotFound
+		}
+		return 0, nil // a real zero value
+	}
+	for round := range 2 {
+		r, err := p.GetResult(context.Background(), "zero", load)
+		if err != nil || r.NotFound || r.Value != 0 {
+			t.Fatalf("zero round %d: %+v %v", round, r, err)
+		}
+		wantSrc := []Source{SourceLoader, SourceL1}[round]
+		if r.Source != wantSrc {
+			t.Fatalf("zero round %d: source %v, want %v", round, r.Source, wantSrc)
+		}
+		r, err = p.GetResult(context.Background(), "missing", load)
+		if !errors.Is(err, ErrNotFound) || !r.NotFound || r.Source != wantSrc {
+			t.Fatalf("missing round %d: %+v %v, want not found from %v", round, r, err, wantSrc)
+		}
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("loader calls = %d, want 2 (both outcomes cached)", calls.Load())
+	}
+}
+
+func TestGet_notFound_notCachedWithoutNegativeTTL(t *testing.T) {
+	p := build(t, New[int]("noneg").Cache(time.Minute))
+	var calls atomic.Int64
+	load := func(context.Context, string) (int, error) { calls.Add(1); return 0, ErrNotFound }
+	for range 3 {
+		r, err := p.GetResult(context.Background(), "k", load)
+		if !errors.Is(err, ErrNotFound) || !r.NotFound {
+			t.Fatalf("got %+v %v", r, err)
+		}
+	}
+	if calls.Load() != 3 {
+		t.Fatalf("loader calls = %d, want 3", calls.Load())
+	}
+}
+
+func TestGet_fallback_staleThenDefaultThenError(t *testing.T) {
+	fail := errors.New("db down")
+	cases := []struct {
+		name    string
+		b       *Builder[string]
+		prime   bool
+		wantSrc Source
+		wantVal string
+		wantErr error
+	}{
+		{"stale within grace", New[string]("fb1").Cache(10 * time.Millisecond).Jitter(0).Stale(time.Hour).DefaultValue("dflt"), true, SourceStale, "v:k", nil},
+		{"default without stale", New[string]("fb2").Cache(10 * time.Millisecond).Jitter(0).DefaultValue("dflt"), true, SourceDefault, "dflt", nil},
+		{"error without either", New[string]("fb3").Cache(10 * time.Millisecond).Jitter(0), true, SourceNone, "", fail},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := build(t, tc.b)
+			c := &counter{}
+			if tc.prime {
+				if _, err := p.Get(context.Background(), "k", c.load); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond) // past the TTL
+			}
+			c.fn = func(int64) (string, error) { return "", fail }
+			r, err := p.GetResult(context.Background(), "k", c.load)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if r.Source != tc.wantSrc || r.Value != tc.wantVal {
+				t.Fatalf("got %+v, want %v %q", r, tc.wantSrc, tc.wantVal)
+			}
+			if tc.wantErr == nil && !errors.Is(r.Cause, fail) {
+				t.Fatalf("Cause = %v, want the loader's error", r.Cause)
+			}
+		})
+	}
+}
+
+func TestGet_breaker_opensAndFallsBack_callerCancelDoesNotCount(t *testing.T) {
+	var changes []string
+	var mu sync.Mutex
+	p := build(t, New[string]("br").Cache(time.Minute).SingleFlight().
+		Breaker(breaker.Settings{Failures: 3, OpenTimeout: 50 * time.Millisecond}).
+		DefaultValue("dflt").
+		OnBreakerChange(func(name string, from, to breaker.State) {
+			mu.Lock()
+			changes = append(changes, from.String()+">"+to.String())
+			mu.Unlock()
+		}))
+	// Caller cancellations: many, none counts.
+	slow := &counter{delay: time.Second}
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := p.Get(ctx, "slow"+string(rune('a'+i)), slow.load)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the caller's deadline", err)
+		}
+	}
+	fail := &counter{fn: func(int64) (string, error) { return "", errors.New("boom") }}
+	for i := range 3 {
+		r, err := p.GetResult(context.Background(), "f"+string(rune('a'+i)), fail.load)
+		if err != nil || r.Source != SourceDefault {
+			t.Fatalf("failure %d: %+v %v, want default", i, r, err)
+		}
+	}
+	before := fail.calls.Load()
+	r, err := p.GetResult(context.Background(), "fx", fail.load)
+	if err != nil || r.Source != SourceDefault || !isBreakerRefusal(r.Cause) {
+		t.Fatalf("open breaker: %+v %v, want default for breaker_open", r, err)
+	}
+	if fail.calls.Load() != before {
+		t.Fatal("loader called while the breaker was open")
+	}
+	time.Sleep(60 * time.Millisecond) // half-open: one probe goes through
+	ok := &counter{}
+	if r, err := p.GetResult(context.Background(), "probe", ok.load); err != nil || r.Source != SourceLoader {
+		t.Fatalf("probe: %+v %v", r, err)
+	}
+	mu.Lock()
+	got := strings.Join(changes, ",")
+	mu.Unlock()
+	if got != "closed>open,open>half-open,half-open>closed" {
+		t.Fatalf("transitions = %q", got)
+	}
+	// Let the abandoned slow loads finish before goleak looks.
+	waitFor(t, func() bool { return slow.calls.Load() == 5 })
+	time.Sleep(10 * time.Millisecond)
+}
+
+func TestGet_timeout_isFailureAndFallsBack(t *testing.T) {
+	p := build(t, New[string]("to").Cache(time.Minute).Timeout(20*time.Millisecond).DefaultValue("dflt"))
+	c := &counter{delay: time.Second}
+	r, err := p.GetResult(context.Background(), "k", c.load)
+	if err != nil || r.Source != SourceDefault || !errors.Is(r.Cause, ErrTimeout) {
+		t.Fatalf("got %+v %v, want default after ErrTimeout", r, err)
+	}
+}
+
+func TestGet_badCalls(t *testing.T) {
+	p := build(t, New[string]("bad").Cache(time.Minute))
+	c := &counter{}
+	var nilCtx context.Context
+	cases := []struct {
+		name string
+		ctx  context.Context
+		key  string
+		load LoadFunc[string]
+		want error
+	}{
+		{"nil ctx", nilCtx, "k", c.load, ErrNilContext},
+		{"empty key", context.Background(), "", c.load, ErrEmptyKey},
+		{"nil loader", context.Background(), "k", nil, ErrNilLoader},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := p.Get(tc.ctx, tc.key, tc.load); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := p.Do(context.Background(), func(context.Context) (string, error) { return "", nil }); !errors.Is(err, ErrWrongCall) {
+		t.Fatalf("Do on keyed pipeline: %v, want ErrWrongCall", err)
+	}
+	_ = p.Close()
+	if _, err := p.Get(context.Background(), "k", c.load); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestBuild_rejectsBadConfig(t *testing.T) {
+	cases := []struct {
+		name  string
+		b     *Builder[int]
+		field string
+	}{
+		{"empty name", New[int]("").Cache(time.Minute), "New"},
+		{"zero ttl", New[int]("x").Cache(0), "Cache"},
+		{"negative timeout", New[int]("x").Timeout(-time.Second), "Timeout"},
+		{"keyless with cache", New[int]("x").Keyless().Cache(time.Minute), "Cache"},
+		{"keyless with lock", New[int]("x").Keyless().Lock(LockSettings{}), "Lock"},
+		{"lock without cache", New[int]("x").Lock(LockSettings{}), "Lock"},
+		{"stale without cache", New[int]("x").Stale(time.Minute), "Stale"},
+		{"swr without stale", New[int]("x").Cache(time.Minute).StaleWhileRevalidate(), "StaleWhileRevalidate"},
+		{"l1 ttl longer", New[int]("x").Cache(time.Minute).L1TTL(time.Hour), "L1TTL"},
+		{"jitter out of range", New[int]("x").Cache(time.Minute).Jitter(1.5), "Jitter"},
+		{"max wait below wait", New[int]("x").Cache(time.Minute).Lock(LockSettings{Wait: time.Minute, MaxWait: time.Second}), "Lock"},
+		{"call timeout on keyed", New[int]("x").Cache(time.Minute).CallTimeout(time.Second), "CallTimeout"},
+		{"flight shorter than timeout", New[int]("x").Cache(time.Minute).Timeout(time.Minute).FlightTimeout(time.Second), "FlightTimeout"},
+		{"bad retry", New[int]("x").Keyless().Retry(RetrySettings{MaxAttempts: -1}), "Retry"},
+		{"nil redis", New[int]("x").Cache(time.Minute).Redis(nil), "Redis"},
+		{"negative breaker timeout", New[int]("x").Breaker(breaker.Settings{OpenTimeout: -1}), "Breaker"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.b.Build()
+			if err == nil {
+				_ = p.Close()
+				t.Fatal("Build accepted a bad configuration")
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field {
+				t.Fatalf("err = %v, want a ConfigError on %s", err, tc.field)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("message %q does not name %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestDo_keyless_breakerTimeoutDefault(t *testing.T) {
+	p := build(t, New[string]("post").Keyless().CallTimeout(30*time.Millisecond).DefaultValue("queued"))
+	r, err := p.DoResult(context.Background(), func(ctx context.Context) (string, error) { return "ok", nil })
+	if err != nil || r.Value != "ok" || r.Source != SourceLoader {
+		t.Fatalf("got %+v %v", r, err)
+	}
+	r, err = p.DoResult(context.Background(), func(ctx context.Context) (string, error) {
+		<-ctx.Done()
+		return "", ctx.Err()
+	})
+	if err != nil || r.Source != SourceDefault || !errors.Is(r.Cause, ErrTimeout) {
+		t.Fatalf("timed out call: %+v %v, want default for ErrTimeout", r, err)
+	}
+	if _, err := p.Get(context.Background(), "k", func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, ErrWrongCall) {
+		t.Fatalf("Get on keyless: %v, want ErrWrongCall", err)
+	}
+}
+
+func TestGet_embeddedLock_withoutSingleFlightOneLoad(t *testing.T) {
+	// Two pipelines, one process, sharing nothing but being built the same:
+	// each has its own in-process lock, so this checks the lock stage path
+	// (winner, waiter) inside one pipeline with many callers.
+	p := build(t, New[string]("elock").Cache(time.Minute).Lock(LockSettings{Poll: 5 * time.Millisecond}))
+	c := &counter{delay: 30 * time.Millisecond}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := p.Get(context.Background(), "k", c.load); err != nil || v != "v:k" {
+				t.Errorf("got %q %v", v, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if c.calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1", c.calls.Load())
+	}
+}
+
+func TestGet_staleWhileRevalidate_servesStaleRefreshesOnce(t *testing.T) {
+	p := build(t, New[string]("swr").Cache(20*time.Millisecond).Jitter(0).Stale(time.Hour).StaleWhileRevalidate())
+	c := &counter{}
+	if _, err := p.Get(context.Background(), "k", c.load); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	c.fn = func(n int64) (string, error) { return "new", nil }
+	c.delay = 20 * time.Millisecond
+	for range 10 {
+		r, err := p.GetResult(context.Background(), "k", c.load)
+		if err != nil || r.Source != SourceStale || r.Value != "v:k" {
+			t.Fatalf("got %+v %v, want the stale copy at once", r, err)
+		}
+	}
+	waitFor(t, func() bool {
+		r, _ := p.GetResult(context.Background(), "k", c.load)
+		return r.Source == SourceL1 && r.Value == "new"
+	})
+	if got := c.calls.Load(); got != 2 {
+		t.Fatalf("loader calls = %d, want 2 (one refresh)", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,142 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// RetrySettings configures [Builder.Retry]. Zero fields take defaults.
+//
+// Retry sits inside the shared load and outside the breaker and the
+// per-attempt timeout: the breaker sees every attempt (so a dependency that
+// keeps failing opens it, and an open breaker stops the retries at once),
+// each attempt gets its own Timeout, and the lock's watchdog keeps the lease
+// while the backoff sleeps. The flight's deadline, or for [Pipeline.Do] the
+// caller's context and CallTimeout, bounds everything.
+type RetrySettings struct {
+	// MaxAttempts is the most attempts, the first included.
+	// default: 3
+	MaxAttempts int
+	// Initial is the first backoff interval; each next one is Multiplier
+	// times longer, spread by RandomizationFactor at random.
+	// default: 100 milliseconds
+	Initial time.Duration
+	// Multiplier grows the interval.
+	// default: 2
+	Multiplier float64
+	// RandomizationFactor spreads each interval over
+	// [i*(1-f), i*(1+f)].
+	// default: 0.5
+	RandomizationFactor float64
+	// Max caps one interval.
+	// default: 2 seconds
+	Max time.Duration
+	// MaxElapsed stops retrying once this much time has passed since the
+	// first attempt.
+	// default: 10 seconds
+	MaxElapsed time.Duration
+	// Retryable decides which errors are retried. Context errors, an open
+	// breaker, [ErrNotFound] and errors wrapped by [Permanent] never are.
+	// default: every other error
+	Retryable func(err error) bool
+}
+
+// Permanent wraps err so that it is not retried.
+func Permanent(err error) error { return backoff.Permanent(err) }
+
+func (s RetrySettings) withDefaults() RetrySettings {
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = 3
+	}
+	if s.Initial == 0 {
+		s.Initial = 100 * time.Millisecond
+	}
+	if s.Multiplier == 0 {
+		s.Multiplier = 2
+	}
+	if s.RandomizationFactor == 0 {
+		s.RandomizationFactor = 0.5
+	}
+	if s.Max == 0 {
+		s.Max = 2 * time.Second
+	}
+	if s.MaxElapsed == 0 {
+		s.MaxElapsed = 10 * time.Second
+	}
+	return s
+}
+
+func (s RetrySettings) validate() string {
+	switch {
+	case s.MaxAttempts < 0:
+		return "MaxAttempts must not be negative"
+	case s.Initial < 0 || s.Max < 0 || s.MaxElapsed < 0:
+		return "durations must not be negative"
+	case s.Multiplier != 0 && s.Multiplier < 1:
+		return "Multiplier must be at least 1"
+	case s.RandomizationFactor < 0 || s.RandomizationFactor >= 1:
+		return "RandomizationFactor must be in [0, 1)"
+	}
+	return ""
+}
+
+// newBackOff returns a fresh backoff for one call: backoff state is never
+// shared between calls.
+func (s *RetrySettings) newBackOff(ctx context.Context) backoff.BackOff {
+	eb := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(s.Initial),
+		backoff.WithMultiplier(s.Multiplier),
+		backoff.WithRandomizationFactor(s.RandomizationFactor),
+		backoff.WithMaxInterval(s.Max),
+		backoff.WithMaxElapsedTime(s.MaxElapsed),
+	)
+	return backoff.WithContext(backoff.WithMaxRetries(eb, uint64(s.MaxAttempts-1)), ctx)
+}
+
+// retryable reports whether err may be retried under s.
+func (s *RetrySettings) retryable(err error) bool {
+	var perm *backoff.PermanentError
+	switch {
+	case err == nil, errors.As(err, &perm), errors.Is(err, ErrNotFound),
+		errors.Is(err, context.Canceled), isBreakerRefusal(err):
+		return false
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout):
+		return false // the flight's or caller's deadline, not an attempt's
+	case s.Retryable != nil:
+		return s.Retryable(err)
+	}
+	return true
+}
+
+// retry runs attempt until it succeeds, fails for good, or the backoff
+// gives up. attempt gets the attempt number, from 1.
+func retry[V any](ctx context.Context, s *RetrySettings, attempt func(n int) (V, error)) (V, error) {
+	if s == nil {
+		return attempt(1)
+	}
+	bo := s.newBackOff(ctx)
+	for n := 1; ; n++ {
+		v, err := attempt(n)
+		if err == nil || !s.retryable(err) {
+			var perm *backoff.PermanentError
+			if errors.As(err, &perm) {
+				err = perm.Err
+			}
+			return v, err
+		}
+		wait := bo.NextBackOff()
+		if wait == backoff.Stop {
+			return v, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metric names.
+const (
+	MetricCalls        = "resilience.calls"
+	MetricLoads        = "resilience.loader.calls"
+	MetricLoadDuration = "resilience.loader.duration"
+	MetricLockWait     = "resilience.lock.wait.duration"
+	MetricFailOpens    = "resilience.fail_opens"
+	MetricFallbacks    = "resilience.fallbacks"
+	MetricBreakerState = "resilience.breaker.state"
+	MetricCorrupt      = "resilience.cache.corrupt"
+)
+
+// Instruments are one pipeline's metric instruments, created once.
+type Instruments struct {
+	calls     metric.Int64Counter
+	loads     metric.Int64Counter
+	loadDur   metric.Float64Histogram
+	lockWait  metric.Float64Histogram
+	failOpens metric.Int64Counter
+	fallbacks metric.Int64Counter
+	breaker   metric.Int64Gauge
+	corrupt   metric.Int64Counter
+	pipeline  attribute.KeyValue
+}
+
+func (in *Instruments) init(m metric.Meter, pipeline attribute.KeyValue) error {
+	in.pipeline = pipeline
+	var err, e error
+	in.calls, e = m.Int64Counter(MetricCalls, metric.WithDescription("Calls by pipeline and by where the value came from."), metric.WithUnit("{call}"))
+	err = errors.Join(err, e)
+	in.loads, e = m.Int64Counter(MetricLoads, metric.WithDescription("Loader calls by outcome."), metric.WithUnit("{call}"))
+	err = errors.Join(err, e)
+	in.loadDur, e = m.Float64Histogram(MetricLoadDuration, metric.WithDescription("Duration of loader calls."), metric.WithUnit("s"))
+	err = errors.Join(err, e)
+	in.lockWait, e = m.Float64Histogram(MetricLockWait, metric.WithDescription("Time spent waiting for a distributed lock or for the value it guards."), metric.WithUnit("s"))
+	err = errors.Join(err, e)
+	in.failOpens, e = m.Int64Counter(MetricFailOpens, metric.WithDescription("Calls that went on without L2 or the lock because Redis failed."), metric.WithUnit("{call}"))
+	err = errors.Join(err, e)
+	in.fallbacks, e = m.Int64Counter(MetricFallbacks, metric.WithDescription("Calls answered by the fallback chain, by reason."), metric.WithUnit("{call}"))
+	err = errors.Join(err, e)
+	in.breaker, e = m.Int64Gauge(MetricBreakerState, metric.WithDescription("Breaker state: 0 closed, 1 half-open, 2 open."), metric.WithUnit("{state}"))
+	err = errors.Join(err, e)
+	in.corrupt, e = m.Int64Counter(MetricCorrupt, metric.WithDescription("Cached bytes that did not decode and were treated as a miss."), metric.WithUnit("{entry}"))
+	err = errors.Join(err, e)
+	return err
+}
+
+// Call counts one call served from source.
+func (in *Instruments) Call(ctx context.Context, source string, failedOpen bool) {
+	in.calls.Add(ctx, 1, metric.WithAttributes(in.pipeline, Source.String(source), FailedOpen.Bool(failedOpen)))
+}
+
+// Load records one loader call.
+func (in *Instruments) Load(ctx context.Context, outcome string, took time.Duration) {
+	o := metric.WithAttributes(in.pipeline, attribute.String("outcome", outcome))
+	in.loads.Add(ctx, 1, o)
+	in.loadDur.Record(ctx, took.Seconds(), o)
+}
+
+// LockWait records time spent waiting on the lock, by outcome.
+func (in *Instruments) LockWait(ctx context.Context, outcome string, took time.Duration) {
+	in.lockWait.Record(ctx, took.Seconds(), metric.WithAttributes(in.pipeline, LockOutcome.String(outcome)))
+}
+
+// FailOpen counts one call that failed open, by reason.
+func (in *Instruments) FailOpen(ctx context.Context, reason string) {
+	in.failOpens.Add(ctx, 1, metric.WithAttributes(in.pipeline, Reason.String(reason)))
+}
+
+// Fallback counts one call answered by the fallback chain.
+func (in *Instruments) Fallback(ctx context.Context, source, reason string) {
+	in.fallbacks.Add(ctx, 1, metric.WithAttributes(in.pipeline, Source.String(source), Reason.String(reason)))
+}
+
+// BreakerState records a breaker's state (0 closed, 1 half-open, 2 open).
+func (in *Instruments) BreakerState(ctx context.Context, name string, state int64) {
+	in.breaker.Record(ctx, state, metric.WithAttributes(in.pipeline, BreakerName.String(name)))
+}
+
+// Corrupt counts one cached entry that did not decode.
+func (in *Instruments) Corrupt(ctx context.Context, tier string) {
+	in.corrupt.Add(ctx, 1, metric.WithAttributes(in.pipeline, attribute.String("tier", tier)))
+}
