@@ -111,21 +111,32 @@ func TestRedis_SetGet_roundTrip(t *testing.T) {
 	}
 }
 
-func TestRedis_Set_ttlFromStaleUntil(t *testing.T) {
+func TestRedis_Set_ttl(t *testing.T) {
+	tests := []struct {
+		name                string
+		expires, staleUntil time.Duration // from now
+		want                time.Duration
+	}{
+		{"stale-until decides", 5 * time.Second, 10 * time.Second, 10 * time.Second},
+		{"expires when stale-until is earlier", 10 * time.Second, 5 * time.Second, 10 * time.Second},
+	}
 	r := newStore[string](t, RedisOptions{})
 	ctx := testCtx(t)
-	e := entry("v", 0)
-	e.Expires = time.Now().Add(5 * time.Second)
-	e.StaleUntil = time.Now().Add(10 * time.Second)
-	if _, err := r.Set(ctx, "k", e); err != nil {
-		t.Fatal(err)
-	}
-	pttl, err := rdb.PTTL(ctx, r.keys.Value("k")).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pttl <= 9*time.Second || pttl > 10*time.Second {
-		t.Fatalf("PTTL = %v, want just under 10s", pttl)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Now()
+			e := Entry[string]{Value: "v", Written: now, Expires: now.Add(tt.expires), StaleUntil: now.Add(tt.staleUntil)}
+			if _, err := r.Set(ctx, tt.name, e); err != nil {
+				t.Fatal(err)
+			}
+			pttl, err := rdb.PTTL(ctx, r.keys.Value(tt.name)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pttl <= tt.want-time.Second || pttl > tt.want {
+				t.Fatalf("PTTL = %v, want just under %v", pttl, tt.want)
+			}
+		})
 	}
 }
 

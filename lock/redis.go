@@ -17,8 +17,9 @@ import (
 const DefaultFenceRetention = 24 * time.Hour
 
 // cleanupTimeout bounds the token-checked delete that follows an acquire
-// whose outcome is unknown.
-const cleanupTimeout = 2 * time.Second
+// whose outcome is unknown: ample for a healthy Redis, and the most a hung
+// one can add to a caller who has already given up.
+const cleanupTimeout = time.Second
 
 // RedisClient is the part of a go-redis client that [Redis] uses. Both
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
@@ -103,8 +104,9 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 //
 // When the outcome is unknown (ctx ended or the connection broke while the
 // script was in flight), TryAcquire deletes the lock by its token before it
-// returns, so that no lock is orphaned; if Redis cannot be reached for that
-// either, the lock expires with its lease.
+// returns, so that no lock is orphaned. That delete runs past ctx's end for
+// up to a second; if Redis cannot be reached for it, a lock that was set
+// expires with its lease.
 func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lease, error) {
 	if err := checkArgs(key, lease); err != nil {
 		return nil, err

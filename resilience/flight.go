@@ -17,7 +17,7 @@ type outcome[V any] struct {
 	res      Result[V]
 	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
 	hasStale bool
-	leadSpan trace.SpanContext // the load's span, for joiners' links
+	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
 	// force makes a refresh skip fresh copies and call the loader.
 	force bool
 }
@@ -59,6 +59,14 @@ func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], st
 // running. A joiner whose ctx ends returns at once; the shared load goes on
 // for the others.
 func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[V]) (*outcome[V], error) {
+	// The span starts before DoChan so that the leader's shared load (L2,
+	// lock, loader) runs under it; joiners link to it instead.
+	sctx := ctx
+	var sp trace.Span
+	if p.tel.Tracing() {
+		sctx, sp = p.tel.Start(ctx, telemetry.SpanSingleFlght)
+		defer sp.End()
+	}
 	led := false
 	ch := p.group.DoChan(key, func() (any, error) {
 		led = true // read only after the result arrives on ch
@@ -68,18 +76,16 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		// The shared load must outlive the caller that started it: other
 		// callers wait for it. It keeps the leader's values (its span) but
 		// not its cancellation, and gets a deadline of its own.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.flightTimeout)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), p.flightTimeout)
 		defer cancel()
 		return p.fetchSafe(fctx, key, load)
 	})
-	var sp trace.Span
-	if p.tel.Tracing() {
-		_, sp = p.tel.Start(ctx, telemetry.SpanSingleFlght)
-		defer sp.End()
-	}
 	select {
 	case <-ctx.Done():
 		// led may still be written by the load: do not read it here.
+		if sp != nil {
+			sp.AddEvent("caller left; the shared load goes on")
+		}
 		return nil, ctx.Err()
 	case r := <-ch:
 		o, _ := r.Val.(*outcome[V])

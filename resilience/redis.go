@@ -3,7 +3,9 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,15 +59,78 @@ func (in *infra) do(ctx context.Context, name string, op func(context.Context) e
 	start := time.Now()
 	err = op(octx)
 	cancel()
-	switch {
-	case err == nil, errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrNotHeld):
-		done(nil, time.Since(start))
-	case ctx.Err() != nil:
-		done(breaker.Ignore, time.Since(start))
-	default:
-		done(err, time.Since(start))
-	}
+	settle(ctx, done, err, time.Since(start))
 	return err
+}
+
+// settle records an operation's outcome with the Redis breaker.
+func settle(ctx context.Context, done func(error, time.Duration), err error, took time.Duration) {
+	switch {
+	case err == nil, errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrNotHeld),
+		errors.Is(err, cache.ErrExpiredEntry):
+		done(nil, took)
+	case ctx.Err() != nil:
+		done(breaker.Ignore, took)
+	default:
+		done(err, took)
+	}
+}
+
+// guarded is one operation run by [guard]: state 0 while it runs, 1 once
+// it has finished (and ready is closed), 2 once the caller has given up.
+type guarded[T any] struct {
+	v     T
+	err   error
+	state atomic.Int32
+	ready chan struct{}
+}
+
+// guard is [infra.do] for an operation that returns a value, bounded by the
+// per-operation timeout even when the client ignores context deadlines:
+// go-redis does unless its ContextTimeoutEnabled option is set, and then
+// waits out its ReadTimeout (5 seconds by default) on a hung server. An
+// operation still running at the timeout is abandoned: it finishes on its
+// own goroutine, bounded by the client's own timeouts, and its result goes
+// to late if not nil (to undo a side effect), else is dropped. The caller
+// gets an error matching context.DeadlineExceeded, which counts against the
+// breaker.
+func guard[T any](ctx context.Context, in *infra, name string, op func(context.Context) (T, error), late func(T, error)) (T, error) {
+	if in == nil { // the embedded default: nothing to guard
+		return op(ctx)
+	}
+	var zero T
+	done, err := in.br.Allow()
+	if err != nil {
+		return zero, err
+	}
+	octx, cancel := context.WithTimeout(ctx, in.opTimeout)
+	start := time.Now()
+	g := &guarded[T]{ready: make(chan struct{})}
+	go func() {
+		defer cancel()
+		v, err := op(octx)
+		g.v, g.err = v, err
+		if g.state.CompareAndSwap(0, 1) {
+			close(g.ready)
+		} else if late != nil {
+			late(v, err)
+		}
+	}()
+	select {
+	case <-g.ready:
+	case <-octx.Done():
+		if g.state.CompareAndSwap(0, 2) {
+			err := fmt.Errorf("resilience: redis %s: no reply within %v: %w", name, in.opTimeout, context.DeadlineExceeded)
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			settle(ctx, done, err, time.Since(start))
+			return zero, err
+		}
+		<-g.ready // finished just now: closed right after the swap
+	}
+	settle(ctx, done, g.err, time.Since(start))
+	return g.v, g.err
 }
 
 // wireRedis builds the Redis cache, and with Lock, the Redis lock and

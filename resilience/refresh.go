@@ -2,7 +2,13 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"sync"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/herdguard/herdguard/telemetry"
 )
 
 // refreshAsync reloads key in the background, at most once at a time per
@@ -28,15 +34,27 @@ func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFun
 		defer p.refreshing.Delete(key)
 		fctx, cancel := context.WithTimeout(rctx, p.flightTimeout)
 		defer cancel()
+		// The refresh's span is a child of the call that started it, in
+		// the same trace; it may end after that call's span.
+		var sp trace.Span
+		fctx, sp = p.tel.Start(fctx, telemetry.SpanRefresh, trace.WithAttributes(p.tel.PipelineAttr))
 		refresh := func() (any, error) {
 			o := &outcome[V]{force: true}
 			return p.fetchInto(fctx, key, load, o)
 		}
+		var err error
 		if p.group != nil {
-			_, _, _ = p.group.Do(key, refresh)
-			return
+			_, err, _ = p.group.Do(key, refresh)
+		} else {
+			_, err = refresh()
 		}
-		_, _ = refresh()
+		if sp != nil {
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				sp.RecordError(err)
+				sp.SetStatus(codes.Error, err.Error())
+			}
+			sp.End()
+		}
 	}()
 }
 

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -40,13 +41,15 @@ func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (cache.Entry[V], ca
 			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("GET")))
 		defer sp.End()
 	}
-	var e cache.Entry[V]
-	var f cache.Freshness
-	err := p.infra.do(ctx, "l2_get", func(ctx context.Context) error {
-		var err error
-		e, f, err = p.l2.Get(ctx, key)
-		return err
-	})
+	type got struct {
+		e cache.Entry[V]
+		f cache.Freshness
+	}
+	g, err := guard(ctx, p.infra, "l2_get", func(ctx context.Context) (got, error) {
+		e, f, err := p.l2.Get(ctx, key)
+		return got{e, f}, err
+	}, nil)
+	e, f := g.e, g.f
 	if sp != nil {
 		sp.SetAttributes(telemetry.Hit.Bool(f == cache.Fresh), telemetry.Freshness.String(f.String()))
 	}
@@ -97,13 +100,12 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], o
 				trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA"), telemetry.LockFence.Int64(e.Fence)))
 			defer sp.End()
 		}
-		var stored bool
-		err := p.infra.do(ctx, "l2_set", func(ctx context.Context) error {
-			var err error
-			stored, err = p.l2.Set(ctx, key, e)
-			return err
-		})
+		stored, err := guard(ctx, p.infra, "l2_set", func(ctx context.Context) (bool, error) {
+			return p.l2.Set(ctx, key, e)
+		}, nil)
 		switch {
+		case errors.Is(err, cache.ErrExpiredEntry):
+			// Nothing to keep: the entry's grace ended while it loaded.
 		case err != nil:
 			o.res.FailedOpen = true
 			p.failOpen(ctx, sp, "l2_set", err)
@@ -129,7 +131,10 @@ func (p *Pipeline[V]) Invalidate(ctx context.Context, key string) error {
 	if d, ok := p.l2.(interface {
 		Delete(context.Context, string) error
 	}); ok && p.l2 != nil {
-		return p.infra.do(ctx, "l2_delete", func(ctx context.Context) error { return d.Delete(ctx, key) })
+		_, err := guard(ctx, p.infra, "l2_delete", func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, d.Delete(ctx, key)
+		}, nil)
+		return err
 	}
 	return nil
 }

@@ -32,7 +32,12 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(closeFn)
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("redis cluster %v:\n%s", c.Addrs(), c.logs())
+		}
+		closeFn()
+	})
 	return c
 }
 

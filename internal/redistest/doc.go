@@ -9,5 +9,5 @@
 // that a failure message can quote its tail.
 //
 // The helpers need redis-server (and, for a cluster, redis-cli) on PATH; the
-// repository's test script installs them.
+// repository's test script, ./scripts/test, installs them.
 package redistest

@@ -18,8 +18,8 @@ import (
 const startTimeout = 10 * time.Second
 
 // missingBinary is the message for a machine without Redis installed.
-const missingBinary = "redistest: %s not found on PATH: run the repository's test script " +
-	"(under .ci/), which installs redis-server and redis-cli"
+const missingBinary = "redistest: %s not found on PATH: run the repository's test script, " +
+	"./scripts/test, which installs redis-server and redis-cli"
 
 // lookPath returns the path of a Redis binary, or an error telling the
 // reader how to install it.

@@ -41,7 +41,12 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(closeFn)
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("redis-server %s:\n%s", s.Addr(), s.Log())
+		}
+		closeFn()
+	})
 	return s
 }
 

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/herdguard/herdguard/resilience"
+)
+
+// databaseURL returns the PostgreSQL to test against. It fails the test
+// when that database cannot be reached and CI is set, and skips it
+// otherwise.
+func databaseURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		url = defaultDatabaseURL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err == nil {
+		err = conn.Ping(ctx)
+		_ = conn.Close(ctx)
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("PostgreSQL at %s is required in CI: %v", url, err)
+		}
+		t.Skipf("no PostgreSQL at %s (set DATABASE_URL): %v", url, err)
+	}
+	return url
+}
+
+func TestRun_stampedeThenStaleThenDefault(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	url := databaseURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const callers = 200
+	var out bytes.Buffer
+	rep, err := run(ctx, Config{DatabaseURL: url, Callers: callers, TTL: 300 * time.Millisecond,
+		Grace: time.Second, Timeout: 5 * time.Second}, &out)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Stats{Rows: 100000, Known: true}
+
+	s := rep.Stampede
+	if s.Queries != 1 {
+		t.Errorf("stampede: %d queries for %d callers, want 1", s.Queries, callers)
+	}
+	if s.Sources[resilience.SourceLoader] != 1 || s.Sources[resilience.SourceCoalesced] != callers-1 {
+		t.Errorf("stampede sources = %v, want 1 loader and %d coalesced", s.Sources, callers-1)
+	}
+	if s.Values[want] != callers || s.Errors != 0 {
+		t.Errorf("stampede values = %v, errors = %d; want %d callers with %+v", s.Values, s.Errors, callers, want)
+	}
+
+	o := rep.Outage
+	if o.Sources[resilience.SourceStale] != callers || o.Values[want] != callers || o.Errors != 0 {
+		t.Errorf("outage: sources %v, values %v, errors %d; want %d stale copies of %+v",
+			o.Sources, o.Values, o.Errors, callers, want)
+	}
+	if o.Queries < 1 {
+		t.Errorf("outage: %d queries, want the expired value to be reloaded", o.Queries)
+	}
+	if !errors.Is(o.Cause, syscall.ECONNREFUSED) {
+		t.Errorf("outage cause = %v, want connection refused", o.Cause)
+	}
+
+	g := rep.AfterGrace
+	if g.Sources[resilience.SourceDefault] != callers || g.Values[Stats{}] != callers || g.Errors != 0 {
+		t.Errorf("after grace: sources %v, values %v, errors %d; want %d defaults", g.Sources, g.Values, g.Errors, callers)
+	}
+	if !errors.Is(g.Cause, syscall.ECONNREFUSED) {
+		t.Errorf("after grace cause = %v, want connection refused", g.Cause)
+	}
+}
+
+func TestRun_unreachableDatabaseIsAnError(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Port 1 on loopback: nothing listens there, so the ping is refused.
+	_, err := run(ctx, Config{DatabaseURL: "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2",
+		Callers: 1, TTL: time.Second, Grace: time.Second, Timeout: time.Second}, &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("run succeeded without a database")
+	}
+}
+
+func TestRun_badConfig(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	if _, err := run(context.Background(), Config{DatabaseURL: defaultDatabaseURL}, &bytes.Buffer{}); err == nil {
+		t.Fatal("run accepted a zero Config")
+	}
+}

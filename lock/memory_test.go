@@ -1,0 +1,95 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestMemory_TryAcquire_heldReleaseFence(t *testing.T) {
+	var m Memory
+	ctx := context.Background()
+	a, err := m.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("second acquire: %v, want ErrNotAcquired", err)
+	}
+	if held, left, _ := m.Inspect(ctx, "k"); !held || left <= 0 {
+		t.Fatalf("Inspect = %v %v, want held", held, left)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("fence %d not above %d", b.Fence(), a.Fence())
+	}
+	// The old grant cannot release or extend the new one.
+	if err := a.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("stale extend: %v, want ErrNotHeld", err)
+	}
+	_ = b.Release(ctx)
+}
+
+func TestMemory_lease_expiresAndWatchdogExtends(t *testing.T) {
+	var m Memory
+	ctx := context.Background()
+	a, _ := m.TryAcquire(ctx, "short", 30*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	if err := a.Release(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("release after expiry: %v, want ErrNotHeld", err)
+	}
+	w, _ := m.TryAcquire(ctx, "watched", 60*time.Millisecond)
+	w.KeepAlive(ctx, nil)
+	time.Sleep(200 * time.Millisecond) // over three leases
+	if _, err := m.TryAcquire(ctx, "watched", time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("watched lock was lost: %v", err)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+}
+
+func TestMemory_badArgsAndCtx(t *testing.T) {
+	var m Memory
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.TryAcquire(ctx, "k", time.Second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	if _, err := m.TryAcquire(context.Background(), "", time.Second); err == nil {
+		t.Fatal("empty key accepted")
+	}
+	if _, err := m.TryAcquire(context.Background(), "k", 0); err == nil {
+		t.Fatal("zero lease accepted")
+	}
+}
+
+func TestMemoryNotifier_deliversToSubscribers(t *testing.T) {
+	var n MemoryNotifier
+	ch, stop := n.Subscribe("k")
+	other, stopOther := n.Subscribe("other")
+	defer stopOther()
+	_ = n.Notify(context.Background(), "k")
+	select {
+	case <-ch:
+	case <-time.After(time.Second):
+		t.Fatal("no signal")
+	}
+	select {
+	case <-other:
+		t.Fatal("signal for another key")
+	default:
+	}
+	stop()
+	stop() // idempotent
+	if n.f.subscribers("k") != 0 {
+		t.Fatal("subscription not removed")
+	}
+}

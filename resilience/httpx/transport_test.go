@@ -1,0 +1,521 @@
+package httpx_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/resilience/httpx"
+)
+
+func TestTransport_retries503ThenSucceeds(t *testing.T) {
+	u := newUpstream(t,
+		reply{status: 503, body: "busy"},
+		reply{status: 503, body: "still busy"},
+		reply{status: 200, body: "ok"})
+	c, _, tr := newClient(t, fast())
+	code, body := get(t, c, u.URL)
+	if code != 200 || body != "ok" {
+		t.Errorf("got %d %q, want 200 \"ok\"", code, body)
+	}
+	if n := u.hits.Load(); n != 3 {
+		t.Errorf("upstream hits = %d, want 3", n)
+	}
+	tr.checkClosed(t)
+}
+
+func TestTransport_givesUpAfterMaxAttempts(t *testing.T) {
+	u := newUpstream(t, reply{status: 502, body: "bad gateway"})
+	o := fast()
+	o.MaxAttempts = 4
+	c, _, tr := newClient(t, o)
+	code, body := get(t, c, u.URL)
+	if code != 502 || body != "bad gateway" {
+		t.Errorf("got %d %q, want the last 502 with its body", code, body)
+	}
+	if n := u.hits.Load(); n != 4 {
+		t.Errorf("upstream hits = %d, want 4", n)
+	}
+	tr.checkClosed(t)
+}
+
+func TestTransport_retryAfter(t *testing.T) {
+	// An HTTP-date has a resolution of one second: two seconds ahead is at
+	// least one second ahead once formatted.
+	date := time.Now().Add(2 * time.Second).UTC().Truncate(time.Second)
+	tests := []struct {
+		name       string
+		status     int
+		retryAfter string
+		hits       int32
+		notBefore  func(first time.Time) time.Time // the earliest allowed second hit
+	}{
+		{"429 seconds", 429, "1", 2, func(first time.Time) time.Time { return first.Add(time.Second) }},
+		{"503 seconds", 503, "1", 2, func(first time.Time) time.Time { return first.Add(time.Second) }},
+		{"429 HTTP-date", 429, date.Format(http.TimeFormat), 2, func(time.Time) time.Time { return date }},
+		{"429 longer than MaxRetryAfter", 429, "3600", 1, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := newUpstream(t, reply{status: tt.status, retryAfter: tt.retryAfter}, reply{status: 200, body: "ok"})
+			o := fast()
+			o.MaxRetryAfter = 5 * time.Second
+			c, _, tr := newClient(t, o)
+			code, _ := get(t, c, u.URL)
+			if n := u.hits.Load(); n != tt.hits {
+				t.Fatalf("upstream hits = %d, want %d", n, tt.hits)
+			}
+			tr.checkClosed(t)
+			if tt.notBefore == nil {
+				if code != tt.status {
+					t.Errorf("status = %d, want the upstream's %d returned as is", code, tt.status)
+				}
+				return
+			}
+			if code != 200 {
+				t.Errorf("status = %d, want 200", code)
+			}
+			times := u.hitTimes()
+			if want := tt.notBefore(times[0]); times[1].Before(want) {
+				t.Errorf("second attempt at %v, before Retry-After allowed it (%v)", times[1], want)
+			}
+		})
+	}
+}
+
+func TestTransport_breakerPerHost(t *testing.T) {
+	sick := newUpstream(t, reply{status: 500, body: "down"})
+	well := newUpstream(t, reply{status: 200, body: "up"})
+	picky := newUpstream(t, reply{status: 404, body: "no such thing"})
+	o := fast()
+	o.MaxAttempts = 1
+	o.Breaker = breaker.Settings{Failures: 2, OpenTimeout: time.Hour}
+	c, ht, tr := newClient(t, o)
+
+	for range 2 {
+		if code, _ := get(t, c, sick.URL); code != 500 {
+			t.Fatalf("status = %d, want 500", code)
+		}
+	}
+	if s := ht.BreakerState(sick.host()); s != breaker.Open {
+		t.Fatalf("sick host's breaker = %v after 2 failures, want open", s)
+	}
+	_, err := c.Get(sick.URL)
+	if !errors.Is(err, breaker.ErrOpen) {
+		t.Fatalf("err = %v, want breaker.ErrOpen", err)
+	}
+	if n := sick.hits.Load(); n != 2 {
+		t.Errorf("sick host hits = %d, want 2: the open breaker sends nothing", n)
+	}
+
+	if code, body := get(t, c, well.URL); code != 200 || body != "up" {
+		t.Errorf("well host: got %d %q, want 200 \"up\"", code, body)
+	}
+	for range 5 {
+		if code, _ := get(t, c, picky.URL); code != 404 {
+			t.Fatalf("status = %d, want 404", code)
+		}
+	}
+	for _, h := range []string{well.host(), picky.host()} {
+		if s := ht.BreakerState(h); s != breaker.Closed {
+			t.Errorf("breaker of %s = %v, want closed: 2xx and 4xx are not failures", h, s)
+		}
+	}
+	tr.checkClosed(t)
+}
+
+func TestTransport_breakerOpenStopsRetries(t *testing.T) {
+	u := newUpstream(t, reply{status: 503})
+	o := fast()
+	o.MaxAttempts = 5
+	o.Breaker = breaker.Settings{Failures: 2, OpenTimeout: time.Hour}
+	c, _, tr := newClient(t, o)
+	_, err := c.Get(u.URL)
+	if !errors.Is(err, breaker.ErrOpen) {
+		t.Errorf("err = %v, want breaker.ErrOpen", err)
+	}
+	if n := u.hits.Load(); n != 2 {
+		t.Errorf("upstream hits = %d, want 2: the breaker sees every attempt", n)
+	}
+	tr.checkClosed(t)
+}
+
+func TestTransport_retriesByMethod(t *testing.T) {
+	tests := []struct {
+		method string
+		header string // an extra header name, if any
+		body   func() io.Reader
+		hits   int32
+	}{
+		{http.MethodGet, "", nil, 3},
+		{http.MethodHead, "", nil, 3},
+		{http.MethodDelete, "", nil, 3},
+		{http.MethodPut, "", func() io.Reader { return strings.NewReader("x") }, 3},
+		{http.MethodPost, "", func() io.Reader { return strings.NewReader("x") }, 1},
+		{http.MethodPatch, "", func() io.Reader { return strings.NewReader("x") }, 1},
+		{http.MethodPost, "Idempotency-Key", func() io.Reader { return strings.NewReader("x") }, 3},
+		// A body with no GetBody cannot be replayed: sent once.
+		{http.MethodPut, "", func() io.Reader { return io.MultiReader(strings.NewReader("x")) }, 1},
+	}
+	for _, tt := range tests {
+		name := tt.method
+		if tt.header != "" {
+			name += " with " + tt.header
+		}
+		if tt.body != nil && tt.hits == 1 && tt.method == http.MethodPut {
+			name += " without GetBody"
+		}
+		t.Run(name, func(t *testing.T) {
+			u := newUpstream(t, reply{status: 503})
+			c, _, tr := newClient(t, fast())
+			var body io.Reader
+			if tt.body != nil {
+				body = tt.body()
+			}
+			req, err := http.NewRequest(tt.method, u.URL, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.header != "" {
+				req.Header.Set(tt.header, "k-1")
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 503 {
+				t.Errorf("status = %d, want 503", resp.StatusCode)
+			}
+			if n := u.hits.Load(); n != tt.hits {
+				t.Errorf("upstream hits = %d, want %d", n, tt.hits)
+			}
+			tr.checkClosed(t)
+		})
+	}
+}
+
+func TestTransport_putBodyReplayed(t *testing.T) {
+	u := newUpstream(t, reply{status: 503}, reply{status: 500}, reply{status: 204})
+	c, _, tr := newClient(t, fast())
+	if code, _ := send(t, c, http.MethodPut, u.URL, strings.NewReader("payload")); code != 204 {
+		t.Fatalf("status = %d, want 204", code)
+	}
+	got := u.requestBodies()
+	if len(got) != 3 {
+		t.Fatalf("upstream saw %d requests, want 3", len(got))
+	}
+	for i, b := range got {
+		if b != "payload" {
+			t.Errorf("attempt %d sent body %q, want \"payload\"", i+1, b)
+		}
+	}
+	tr.checkClosed(t)
+}
+
+func TestTransport_attemptTimeout(t *testing.T) {
+	u := newUpstream(t, reply{status: 200, delay: time.Minute})
+	o := fast()
+	o.MaxAttempts = 2
+	o.AttemptTimeout = 50 * time.Millisecond
+	c, ht, _ := newClient(t, o)
+	_, err := c.Get(u.URL)
+	if !errors.Is(err, httpx.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want httpx.ErrTimeout and context.DeadlineExceeded", err)
+	}
+	var ne interface{ Timeout() bool }
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("err = %v does not report Timeout()", err)
+	}
+	if n := u.hits.Load(); n != 2 {
+		t.Errorf("upstream hits = %d, want 2", n)
+	}
+	if s := ht.BreakerState(u.host()); s != breaker.Closed {
+		t.Errorf("breaker = %v, want closed after 2 of 5 failures", s)
+	}
+}
+
+func TestTransport_callerCancelDuringBackoff(t *testing.T) {
+	u := newUpstream(t, reply{status: 503, retryAfter: "5"})
+	o := fast()
+	o.MaxRetryAfter = time.Minute
+	o.Breaker = breaker.Settings{Failures: 1, OpenTimeout: time.Hour}
+	c, ht, tr := newClient(t, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.URL, nil)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	for u.hits.Load() == 0 {
+		select {
+		case err := <-errc:
+			t.Fatalf("request ended before reaching the upstream: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("request still waiting out Retry-After after its context was canceled")
+	}
+	if n := u.hits.Load(); n != 1 {
+		t.Errorf("upstream hits = %d, want 1", n)
+	}
+	if s := ht.BreakerState(u.host()); s != breaker.Open {
+		t.Errorf("breaker = %v, want open: the 503 counted before the caller left", s)
+	}
+	tr.checkClosed(t)
+}
+
+func TestTransport_fallback(t *testing.T) {
+	tests := []struct {
+		name      string
+		script    []reply
+		breaker   breaker.Settings
+		calls     int // requests sent
+		hits      int32
+		wantCause func(error) bool
+	}{
+		{"after the last attempt failed", []reply{{status: 503}}, breaker.Settings{}, 1, 3,
+			func(err error) bool {
+				var se *httpx.StatusError
+				return errors.As(err, &se) && se.StatusCode == 503
+			}},
+		{"when the breaker is open", []reply{{status: 500}}, breaker.Settings{Failures: 3, OpenTimeout: time.Hour}, 2, 3,
+			func(err error) bool { return errors.Is(err, breaker.ErrOpen) }},
+		{"not on success", []reply{{status: 200, body: "real"}}, breaker.Settings{}, 1, 1, nil},
+		{"not on 404", []reply{{status: 404, body: "real"}}, breaker.Settings{}, 1, 1, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := newUpstream(t, tt.script...)
+			var causes []error
+			o := fast()
+			o.Breaker = tt.breaker
+			o.Fallback = func(req *http.Request, cause error) (*http.Response, error) {
+				causes = append(causes, cause) // requests are sequential
+				return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("fallback"))}, nil
+			}
+			c, _, tr := newClient(t, o)
+			var body string
+			for range tt.calls {
+				_, body = get(t, c, u.URL)
+			}
+			if n := u.hits.Load(); n != tt.hits {
+				t.Errorf("upstream hits = %d, want %d", n, tt.hits)
+			}
+			tr.checkClosed(t)
+			if tt.wantCause == nil {
+				if len(causes) != 0 || body != "real" {
+					t.Errorf("fallback called for %v, body %q; want the upstream's body", causes, body)
+				}
+				return
+			}
+			if body != "fallback" {
+				t.Errorf("body = %q, want the fallback's", body)
+			}
+			if last := causes[len(causes)-1]; !tt.wantCause(last) {
+				t.Errorf("fallback cause = %v, not what the case expects", last)
+			}
+		})
+	}
+}
+
+func TestTransport_fallbackError(t *testing.T) {
+	u := newUpstream(t, reply{status: 503})
+	errOwn := errors.New("no fallback today")
+	o := fast()
+	o.MaxAttempts = 1
+	o.Fallback = func(*http.Request, error) (*http.Response, error) { return nil, errOwn }
+	c, _, _ := newClient(t, o)
+	_, err := c.Get(u.URL)
+	var se *httpx.StatusError
+	if !errors.Is(err, httpx.ErrFallback) || !errors.Is(err, errOwn) || !errors.As(err, &se) {
+		t.Errorf("err = %v, want it to match ErrFallback, the fallback's error and the 503", err)
+	}
+}
+
+func TestTransport_cacheServesGet(t *testing.T) {
+	const body = "the same answer for everyone"
+	u := newUpstream(t, reply{status: 200, body: body, delay: 50 * time.Millisecond})
+	o := fast()
+	o.CacheTTL = time.Minute
+	c, _, tr := newClient(t, o)
+	const callers = 20
+	var wg sync.WaitGroup
+	var bad atomic.Int32
+	for range callers {
+		wg.Go(func() {
+			resp, err := c.Get(u.URL)
+			if err != nil {
+				t.Error(err)
+				bad.Add(1)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || string(b) != body || resp.StatusCode != 200 {
+				t.Errorf("got %d %q (%v), want 200 %q", resp.StatusCode, b, err, body)
+				bad.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	// And sequentially, from the cache.
+	for range 3 {
+		if code, b := get(t, c, u.URL); code != 200 || b != body {
+			t.Errorf("cached GET = %d %q, want 200 %q", code, b, body)
+		}
+	}
+	if n := u.hits.Load(); n != 1 {
+		t.Errorf("upstream hits = %d for %d GETs, want 1", n, callers+3)
+	}
+	tr.checkClosed(t)
+}
+
+func TestTransport_cacheSkips(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		method string
+		header string // a request header set to "x"
+		hits   int32  // for two identical requests
+	}{
+		{"2xx GET is cached", 200, http.MethodGet, "", 1},
+		{"2xx HEAD is cached", 200, http.MethodHead, "", 1},
+		{"404 is not cached", 404, http.MethodGet, "", 2},
+		{"POST is not cached", 200, http.MethodPost, "", 2},
+		{"Authorization is not cached", 200, http.MethodGet, "Authorization", 2},
+		{"Range is not cached", 200, http.MethodGet, "Range", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := newUpstream(t, reply{status: tt.status, body: "b"})
+			o := fast()
+			o.CacheTTL = time.Minute
+			c, _, tr := newClient(t, o)
+			for range 2 {
+				req, _ := http.NewRequest(tt.method, u.URL, nil)
+				if tt.header != "" {
+					req.Header.Set(tt.header, "x")
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != tt.status {
+					t.Errorf("status = %d, want %d", resp.StatusCode, tt.status)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			if n := u.hits.Load(); n != tt.hits {
+				t.Errorf("upstream hits = %d, want %d", n, tt.hits)
+			}
+			tr.checkClosed(t)
+		})
+	}
+}
+
+func TestTransport_cacheTooLargeBody(t *testing.T) {
+	big := strings.Repeat("x", 100)
+	u := newUpstream(t, reply{status: 200, body: big})
+	o := fast()
+	o.CacheTTL = time.Minute
+	o.CacheMaxBody = 10
+	c, _, _ := newClient(t, o)
+	for range 2 {
+		if code, b := get(t, c, u.URL); code != 200 || b != big {
+			t.Fatalf("got %d and %d bytes, want 200 and the whole %d-byte body", code, len(b), len(big))
+		}
+	}
+	// Each GET loads for the cache, finds the body too large, then sends
+	// on its own.
+	if n := u.hits.Load(); n != 4 {
+		t.Errorf("upstream hits = %d, want 4", n)
+	}
+}
+
+func TestNew_badOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		o    httpx.Options
+		want string
+	}{
+		{"negative attempts", httpx.Options{MaxAttempts: -1}, "MaxAttempts"},
+		{"negative attempt timeout", httpx.Options{AttemptTimeout: -time.Second}, "AttemptTimeout"},
+		{"negative max elapsed", httpx.Options{MaxElapsed: -time.Second}, "MaxElapsed"},
+		{"negative retry-after cap", httpx.Options{MaxRetryAfter: -time.Second}, "MaxRetryAfter"},
+		{"negative cache ttl", httpx.Options{CacheTTL: -time.Second}, "CacheTTL"},
+		{"negative cache body", httpx.Options{CacheMaxBody: -1}, "CacheMaxBody"},
+		{"backoff cap below start", httpx.Options{InitialBackoff: time.Second, MaxBackoff: time.Millisecond}, "MaxBackoff"},
+		{"cache key without ttl", httpx.Options{CacheKey: httpx.DefaultCacheKey}, "CacheTTL"},
+		{"bad breaker", httpx.Options{Breaker: breaker.Settings{OpenTimeout: -1}}, "Breaker"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := httpx.New(nil, tt.o)
+			if !errors.Is(err, httpx.ErrInvalidOptions) {
+				t.Fatalf("err = %v, want ErrInvalidOptions", err)
+			}
+			if msg := err.Error(); !strings.HasPrefix(msg, "httpx: ") || !strings.Contains(msg, tt.want) {
+				t.Errorf("err = %q, want it prefixed \"httpx: \" and naming %s", msg, tt.want)
+			}
+			if _, err := httpx.NewClient(nil, tt.o); !errors.Is(err, httpx.ErrInvalidOptions) {
+				t.Errorf("NewClient err = %v, want ErrInvalidOptions", err)
+			}
+		})
+	}
+}
+
+func TestNewClient_keepsClientSettings(t *testing.T) {
+	orig := &http.Client{Timeout: 7 * time.Second}
+	c, err := httpx.NewClient(orig, httpx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == orig || c.Timeout != orig.Timeout || orig.Transport != nil {
+		t.Errorf("NewClient must return a copy with the same Timeout and leave the original alone")
+	}
+	if _, ok := c.Transport.(*httpx.Transport); !ok {
+		t.Errorf("Transport = %T, want *httpx.Transport", c.Transport)
+	}
+}
+
+func TestIsIdempotent(t *testing.T) {
+	tests := []struct {
+		method string
+		header string
+		want   bool
+	}{
+		{"", "", true}, {"GET", "", true}, {"HEAD", "", true}, {"OPTIONS", "", true}, {"TRACE", "", true},
+		{"PUT", "", true}, {"DELETE", "", true}, {"POST", "", false}, {"PATCH", "", false}, {"CONNECT", "", false},
+		{"POST", "Idempotency-Key", true}, {"PATCH", "X-Idempotency-Key", true},
+	}
+	for _, tt := range tests {
+		req := &http.Request{Method: tt.method, Header: http.Header{}}
+		if tt.header != "" {
+			req.Header.Set(tt.header, "k")
+		}
+		if got := httpx.IsIdempotent(req); got != tt.want {
+			t.Errorf("IsIdempotent(%q, %q) = %v, want %v", tt.method, tt.header, got, tt.want)
+		}
+	}
+}
