@@ -2,6 +2,7 @@ package cache
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,58 +22,72 @@ type MemoryOptions struct {
 
 // Memory is a bounded in-process cache of [Entry] values.
 //
-// Reads take no lock: the index is a [sync.Map], so a hot key read from many
-// goroutines does not contend. Writes and evictions lock one shard of the
-// eviction lists. Memory is safe for concurrent use.
+// Because the cache is bounded, its hash table never grows: it has a fixed
+// number of buckets, each the head of a short chain that readers walk with
+// atomic loads and no lock. Writers lock one shard, which owns a fixed set of
+// buckets and the eviction list of the entries in them. A hot key read from
+// many goroutines therefore writes no shared memory, which a map behind a
+// read-write mutex (whose reader count every read bumps) cannot say; and a
+// string-keyed table hashes faster than [sync.Map]'s interface keys.
+// Memory is safe for concurrent use.
 type Memory[V any] struct {
-	// index maps a key to its *item. Reads load from it without locks;
-	// every store into it or delete from it happens under the key's shard
-	// mutex, so the index and the shard lists agree.
-	index    sync.Map
+	buckets  []atomic.Pointer[item[V]] // chain heads; written under the owning shard's mutex
+	bmask    uint64
 	shards   []memShard[V]
-	mask     uint64
+	smask    uint64
 	perShard int
 	seed     maphash.Seed
 	// epoch is the monotonic base of item deadlines: time.Since(epoch) reads
-	// only the monotonic clock, which is cheaper than time.Now.
+	// only the monotonic clock.
 	epoch time.Time
 }
 
 type item[V any] struct {
 	key   string
-	entry Entry[V]
+	hash  uint64
+	entry Entry[V] // never modified once the item is published
 	// fresh and stale are monotonic deadlines in nanoseconds since epoch.
 	fresh, stale int64
 	// visited is SIEVE's bit: set by reads, cleared by the eviction hand.
 	visited atomic.Bool
+	// chain is the next item in the bucket. Readers load it without locks;
+	// writers change it under the shard mutex. An unlinked item keeps its
+	// chain, so a reader standing on it still reaches the rest.
+	chain atomic.Pointer[item[V]]
 	// prev and next link the shard's FIFO list; guarded by the shard mutex.
 	prev, next *item[V]
 }
 
 type memShard[V any] struct {
-	mu sync.Mutex // guards the list, hand and n
+	mu sync.Mutex // guards the list, hand, n, and the chains of the shard's buckets
 	// head is the newest item, tail the oldest; the hand moves from tail
 	// towards head.
 	head, tail, hand *item[V]
 	n                int
+	_                [40]byte // keep neighbouring shards' mutexes off one cache line
 }
 
 // NewMemory returns an empty cache configured by o.
 func NewMemory[V any](o MemoryOptions) *Memory[V] {
-	max := o.MaxEntries
-	if max <= 0 {
-		max = DefaultMaxEntries
+	bound := o.MaxEntries
+	if bound <= 0 {
+		bound = DefaultMaxEntries
 	}
 	// Enough shards that writers rarely meet, few enough that each shard's
 	// share of the bound stays meaningful (at least 64 entries a shard).
-	n := 1
-	for n < 64 && max/(n*2) >= 64 {
-		n *= 2
+	ns := 1
+	for ns < 64 && bound/(ns*2) >= 64 {
+		ns *= 2
 	}
+	// About one bucket per entry: chains stay short at the bound.
+	nb := 1 << bits.Len(uint(bound-1))
+	nb = max(nb, ns)
 	return &Memory[V]{
-		shards:   make([]memShard[V], n),
-		mask:     uint64(n - 1),
-		perShard: (max + n - 1) / n,
+		buckets:  make([]atomic.Pointer[item[V]], nb),
+		bmask:    uint64(nb - 1),
+		shards:   make([]memShard[V], ns),
+		smask:    uint64(ns - 1),
+		perShard: (bound + ns - 1) / ns,
 		seed:     maphash.MakeSeed(),
 		epoch:    time.Now(),
 	}
@@ -80,25 +95,37 @@ func NewMemory[V any](o MemoryOptions) *Memory[V] {
 
 func (m *Memory[V]) mono() int64 { return int64(time.Since(m.epoch)) }
 
-// Lookup returns the entry for key and how fresh it is. A key that is absent,
-// or whose grace period has passed, is a [Miss].
-func (m *Memory[V]) Lookup(key string) (Entry[V], Freshness) {
-	v, ok := m.index.Load(key)
-	if !ok {
-		return Entry[V]{}, Miss
+// find walks key's bucket without locks.
+func (m *Memory[V]) find(key string) *item[V] {
+	h := maphash.String(m.seed, key)
+	for it := m.buckets[h&m.bmask].Load(); it != nil; it = it.chain.Load() {
+		if it.hash == h && it.key == key {
+			return it
+		}
 	}
-	it := v.(*item[V])
+	return nil
+}
+
+// Lookup returns the entry for key and how fresh it is. A key that is
+// absent, or whose grace period has passed, is a [Miss] with a nil entry.
+//
+// The entry is shared with other readers and must not be modified.
+func (m *Memory[V]) Lookup(key string) (*Entry[V], Freshness) {
+	it := m.find(key)
+	if it == nil {
+		return nil, Miss
+	}
 	now := m.mono()
 	if now >= it.stale {
-		return Entry[V]{}, Miss
+		return nil, Miss
 	}
 	if !it.visited.Load() { // read first: a hot key's line is not written on every hit
 		it.visited.Store(true)
 	}
 	if now < it.fresh {
-		return it.entry, Fresh
+		return &it.entry, Fresh
 	}
-	return it.entry, Stale
+	return &it.entry, Stale
 }
 
 // Set stores e under key, replacing any entry there. Its freshness comes
@@ -106,8 +133,10 @@ func (m *Memory[V]) Lookup(key string) (Entry[V], Freshness) {
 func (m *Memory[V]) Set(key string, e Entry[V]) {
 	now := time.Now()
 	base := m.mono()
+	h := maphash.String(m.seed, key)
 	it := &item[V]{
 		key:   key,
+		hash:  h,
 		entry: e,
 		fresh: base + int64(e.Expires.Sub(now)),
 		stale: base + int64(e.StaleUntil.Sub(now)),
@@ -115,27 +144,32 @@ func (m *Memory[V]) Set(key string, e Entry[V]) {
 	if it.stale < it.fresh {
 		it.stale = it.fresh
 	}
-	sh := m.shard(key)
+	b := h & m.bmask
+	sh := &m.shards[b&m.smask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if old, loaded := m.index.Swap(key, it); loaded {
-		sh.unlink(old.(*item[V]))
+	if old := m.unchainLocked(b, key, h); old != nil {
+		sh.unlink(old)
 	} else if sh.n >= m.perShard {
 		m.evictLocked(sh)
 	}
+	it.chain.Store(m.buckets[b].Load())
+	m.buckets[b].Store(it) // publish: readers see the whole item from here on
 	sh.pushFront(it)
 }
 
 // Delete removes key. It reports whether an entry was there.
 func (m *Memory[V]) Delete(key string) bool {
-	sh := m.shard(key)
+	h := maphash.String(m.seed, key)
+	b := h & m.bmask
+	sh := &m.shards[b&m.smask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	old, ok := m.index.LoadAndDelete(key)
-	if ok {
-		sh.unlink(old.(*item[V]))
+	old := m.unchainLocked(b, key, h)
+	if old != nil {
+		sh.unlink(old)
 	}
-	return ok
+	return old != nil
 }
 
 // Len returns the number of entries held, including stale ones not yet
@@ -151,8 +185,22 @@ func (m *Memory[V]) Len() int {
 	return n
 }
 
-func (m *Memory[V]) shard(key string) *memShard[V] {
-	return &m.shards[maphash.String(m.seed, key)&m.mask]
+// unchainLocked removes key from bucket b's chain and returns its item, or
+// nil. The shard mutex of b must be held.
+func (m *Memory[V]) unchainLocked(b uint64, key string, h uint64) *item[V] {
+	var prev *item[V]
+	for it := m.buckets[b].Load(); it != nil; prev, it = it, it.chain.Load() {
+		if it.hash != h || it.key != key {
+			continue
+		}
+		if prev == nil {
+			m.buckets[b].Store(it.chain.Load())
+		} else {
+			prev.chain.Store(it.chain.Load())
+		}
+		return it
+	}
+	return nil
 }
 
 // evictLocked removes one item from sh, SIEVE style. sh.mu must be held.
@@ -180,7 +228,7 @@ func (m *Memory[V]) evictLocked(sh *memShard[V]) {
 	}
 	sh.hand = h.prev
 	sh.unlink(h)
-	m.index.CompareAndDelete(h.key, h)
+	m.unchainLocked(h.hash&m.bmask, h.key, h.hash)
 }
 
 func (sh *memShard[V]) pushFront(it *item[V]) {

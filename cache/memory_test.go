@@ -31,6 +31,9 @@ func TestMemory_Lookup_freshStaleMiss(t *testing.T) {
 	}
 	for _, tc := range cases {
 		e, f := m.Lookup(tc.key)
+		if e == nil {
+			e = &Entry[int]{}
+		}
 		if f != tc.want || e.Value != tc.val {
 			t.Errorf("%s: got %v %d, want %v %d", tc.key, f, e.Value, tc.want, tc.val)
 		}

@@ -138,7 +138,7 @@ func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o
 			o.res.FailedOpen = true
 		case f == cache.Fresh && !o.force:
 			p.fillL1(key, e)
-			o.res, err = fromEntry(e, SourceL2)
+			o.res, err = fromEntry(&e, SourceL2)
 			return o, err
 		case f == cache.Stale:
 			o.stale, o.hasStale = e, true

@@ -77,7 +77,7 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 	// grant.
 	if e, f, err := p.sharedGet(ctx, key); err == nil && f == cache.Fresh && !o.force {
 		p.fillL1(key, e)
-		o.res, err = fromEntry(e, SourceL2)
+		o.res, err = fromEntry(&e, SourceL2)
 		return err
 	}
 	err := p.loadAndStore(ctx, key, load, lease.Fence(), o)
@@ -134,7 +134,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		if f == cache.Fresh {
 			p.fillL1(key, e)
 			p.lockOutcome(ctx, sp, "waited", start, 0)
-			o.res, err = fromEntry(e, SourceWaited)
+			o.res, err = fromEntry(&e, SourceWaited)
 			return err
 		}
 		if !announced { // a poll tick: the holder may be gone; take over

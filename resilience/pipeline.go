@@ -118,13 +118,13 @@ func (p *Pipeline[V]) get(ctx context.Context, key string, load LoadFunc[V]) (Re
 	if p.l1 != nil {
 		e, f := p.l1.Lookup(key)
 		if f == cache.Fresh {
-			if p.beta > 0 && p.refreshEarly(&e) {
+			if p.beta > 0 && p.refreshEarly(e) {
 				p.refreshAsync(ctx, key, load)
 			}
 			return fromEntry(e, SourceL1)
 		}
 		if f == cache.Stale {
-			stale, hasStale = e, true
+			stale, hasStale = *e, true
 		}
 	}
 	return p.miss(ctx, key, load, stale, hasStale)
@@ -153,13 +153,13 @@ func (p *Pipeline[V]) getObserved(ctx context.Context, key string, load LoadFunc
 		}
 		switch f {
 		case cache.Fresh:
-			if p.beta > 0 && p.refreshEarly(&e) {
+			if p.beta > 0 && p.refreshEarly(e) {
 				p.refreshAsync(ctx, key, load)
 			}
 			r, err = fromEntry(e, SourceL1)
 			hit = true
 		case cache.Stale:
-			stale, hasStale = e, true
+			stale, hasStale = *e, true
 		}
 	}
 	if !hit {
@@ -197,7 +197,7 @@ func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V
 	sp.End()
 }
 
-func fromEntry[V any](e cache.Entry[V], src Source) (Result[V], error) {
+func fromEntry[V any](e *cache.Entry[V], src Source) (Result[V], error) {
 	if e.NotFound {
 		return Result[V]{Source: src, NotFound: true}, ErrNotFound
 	}

@@ -24,7 +24,10 @@ type memStore[V any] struct{ m *cache.Memory[V] }
 
 func (s memStore[V]) Get(_ context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
 	e, f := s.m.Lookup(key)
-	return e, f, nil
+	if e == nil {
+		return cache.Entry[V]{}, f, nil
+	}
+	return *e, f, nil
 }
 
 func (s memStore[V]) Set(_ context.Context, key string, e cache.Entry[V]) (bool, error) {
