@@ -115,17 +115,14 @@ func (s *RetrySettings) retryable(err error) bool {
 // gives up. attempt gets the attempt number, from 1.
 func retry[V any](ctx context.Context, s *RetrySettings, attempt func(n int) (V, error)) (V, error) {
 	if s == nil {
-		return attempt(1)
+		v, err := attempt(1)
+		return v, unwrapPermanent(err)
 	}
 	bo := s.newBackOff(ctx)
 	for n := 1; ; n++ {
 		v, err := attempt(n)
 		if err == nil || !s.retryable(err) {
-			var perm *backoff.PermanentError
-			if errors.As(err, &perm) {
-				err = perm.Err
-			}
-			return v, err
+			return v, unwrapPermanent(err)
 		}
 		wait := bo.NextBackOff()
 		if wait == backoff.Stop {
@@ -139,4 +136,14 @@ func retry[V any](ctx context.Context, s *RetrySettings, attempt func(n int) (V,
 		case <-t.C:
 		}
 	}
+}
+
+// unwrapPermanent returns the error a [Permanent] wrapped, so callers get
+// their loader's own error whether or not Retry is configured.
+func unwrapPermanent(err error) error {
+	var perm *backoff.PermanentError
+	if errors.As(err, &perm) {
+		return perm.Err
+	}
+	return err
 }

@@ -19,7 +19,7 @@ func TestRun_retriesThenBreakerThenFallback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	rep, err := run(ctx, Config{AttemptTimeout: 100 * time.Millisecond}, &out)
+	rep, err := run(ctx, Config{AttemptTimeout: time.Second}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)

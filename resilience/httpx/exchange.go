@@ -159,7 +159,7 @@ func (t *Transport) nextWait(bo backoff.BackOff, resp *http.Response, start time
 			if ra > t.o.MaxRetryAfter {
 				return 0, false
 			}
-			_ = ra
+			wait = max(wait, ra)
 		}
 	}
 	if time.Since(start)+wait > t.o.MaxElapsed {

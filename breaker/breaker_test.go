@@ -1,0 +1,297 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errDown = errors.New("dependency down")
+
+// recorder collects transitions as "from>to".
+type recorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *recorder) on(_ string, from, to State) {
+	r.mu.Lock()
+	r.got = append(r.got, from.String()+">"+to.String())
+	r.mu.Unlock()
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.got, ",")
+}
+
+func mustNew(t *testing.T, s Settings) *Breaker {
+	t.Helper()
+	b, err := New(s)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+// call makes one call through b that ends with err after took.
+func call(b *Breaker, err error, took time.Duration) error {
+	done, aerr := b.Allow()
+	if aerr != nil {
+		return aerr
+	}
+	done(err, took)
+	return nil
+}
+
+func TestNew_rejectsNegativeDurations(t *testing.T) {
+	cases := []struct {
+		name string
+		s    Settings
+		want string
+	}{
+		{"open timeout", Settings{Name: "x", OpenTimeout: -time.Second}, "OpenTimeout"},
+		{"slow call", Settings{Name: "x", SlowCall: -time.Second}, "SlowCall"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(tc.s); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New(%+v) = %v, want an error naming %s", tc.s, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNew_defaults(t *testing.T) {
+	b := mustNew(t, Settings{Name: "d"})
+	if b.Name() != "d" || b.State() != Closed {
+		t.Fatalf("name %q state %v", b.Name(), b.State())
+	}
+	for i := range DefaultFailures - 1 {
+		if err := call(b, errDown, 0); err != nil {
+			t.Fatalf("call %d refused: %v", i, err)
+		}
+	}
+	if b.State() != Closed {
+		t.Fatalf("open after %d failures, want %d", DefaultFailures-1, DefaultFailures)
+	}
+	_ = call(b, errDown, 0)
+	if b.State() != Open {
+		t.Fatalf("state after %d failures = %v, want open", DefaultFailures, b.State())
+	}
+	// The default open timeout is long: still open a moment later.
+	time.Sleep(20 * time.Millisecond)
+	if err := call(b, nil, 0); !errors.Is(err, ErrOpen) {
+		t.Fatalf("err = %v, want ErrOpen within the 30s default open timeout", err)
+	}
+	// Slow calls do not count by default.
+	b2 := mustNew(t, Settings{Failures: 1})
+	_ = call(b2, nil, time.Hour)
+	if b2.State() != Closed {
+		t.Fatal("a slow success opened a breaker without SlowCall")
+	}
+}
+
+func TestBreaker_transitionsAndCallbacksInOrder(t *testing.T) {
+	rec := &recorder{}
+	b := mustNew(t, Settings{Name: "t", Failures: 2, OpenTimeout: 30 * time.Millisecond, OnStateChange: rec.on})
+	_ = call(b, errDown, 0)
+	_ = call(b, nil, 0) // a success resets the run
+	_ = call(b, errDown, 0)
+	if b.State() != Closed {
+		t.Fatal("opened without 2 consecutive failures")
+	}
+	_ = call(b, errDown, 0)
+	if err := call(b, nil, 0); !errors.Is(err, ErrOpen) || !strings.Contains(err.Error(), "(t)") {
+		t.Fatalf("open: err = %v, want ErrOpen naming the breaker", err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	_ = call(b, errDown, 0) // failed probe: open again
+	time.Sleep(40 * time.Millisecond)
+	_ = call(b, nil, 0) // good probe: closed
+	want := "closed>open,open>half-open,half-open>open,open>half-open,half-open>closed"
+	if got := rec.String(); got != want {
+		t.Fatalf("transitions %q, want %q", got, want)
+	}
+}
+
+func TestBreaker_halfOpenProbes(t *testing.T) {
+	b := mustNew(t, Settings{Failures: 1, OpenTimeout: 20 * time.Millisecond, HalfOpenProbes: 2})
+	_ = call(b, errDown, 0)
+	time.Sleep(30 * time.Millisecond)
+	d1, err1 := b.Allow()
+	d2, err2 := b.Allow()
+	_, err3 := b.Allow()
+	if err1 != nil || err2 != nil {
+		t.Fatalf("probes refused: %v %v", err1, err2)
+	}
+	if !errors.Is(err3, ErrTooManyProbes) || errors.Is(err3, ErrOpen) {
+		t.Fatalf("third call while half-open: %v, want ErrTooManyProbes", err3)
+	}
+	if b.State() != HalfOpen {
+		t.Fatalf("state %v, want half-open", b.State())
+	}
+	d1(nil, 0)
+	if b.State() != HalfOpen {
+		t.Fatal("closed after one of two probes")
+	}
+	d2(nil, 0)
+	if b.State() != Closed {
+		t.Fatalf("state %v after two good probes, want closed", b.State())
+	}
+}
+
+func TestBreaker_outcomes(t *testing.T) {
+	custom := errors.New("counts")
+	harmless := errors.New("client error")
+	cases := []struct {
+		name      string
+		s         Settings
+		err       error
+		took      time.Duration
+		wantTrips bool
+	}{
+		{"error", Settings{}, errDown, 0, true},
+		{"success", Settings{}, nil, 0, false},
+		{"canceled", Settings{}, context.Canceled, 0, false},
+		{"wrapped canceled", Settings{}, fmt.Errorf("get: %w", context.Canceled), 0, false},
+		{"deadline exceeded counts", Settings{}, context.DeadlineExceeded, 0, true},
+		{"ignore", Settings{}, Ignore, 0, false},
+		{"slow success", Settings{SlowCall: 10 * time.Millisecond}, nil, 20 * time.Millisecond, true},
+		{"fast success", Settings{SlowCall: 10 * time.Millisecond}, nil, 5 * time.Millisecond, false},
+		{"slow ignore", Settings{SlowCall: 10 * time.Millisecond}, Ignore, time.Second, false},
+		{"IsFailure yes", Settings{IsFailure: func(err error) bool { return errors.Is(err, custom) }}, custom, 0, true},
+		{"IsFailure no", Settings{IsFailure: func(err error) bool { return errors.Is(err, custom) }}, harmless, 0, false},
+		{"IsFailure true for canceled", Settings{IsFailure: func(error) bool { return true }}, context.Canceled, 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s
+			s.Failures = 2
+			b := mustNew(t, s)
+			_ = call(b, tc.err, tc.took)
+			_ = call(b, tc.err, tc.took)
+			if got := b.State() == Open; got != tc.wantTrips {
+				t.Fatalf("two calls ending %v after %v: open = %v, want %v", tc.err, tc.took, got, tc.wantTrips)
+			}
+		})
+	}
+}
+
+func TestBreaker_ignoreDoesNotBreakARun(t *testing.T) {
+	b := mustNew(t, Settings{Failures: 2})
+	_ = call(b, errDown, 0)
+	_ = call(b, Ignore, 0)           // neither success nor failure
+	_ = call(b, context.Canceled, 0) // likewise by default
+	_ = call(b, errDown, 0)
+	if b.State() != Open {
+		t.Fatalf("state %v, want open: ignored outcomes must not reset the run of failures", b.State())
+	}
+}
+
+func TestBreaker_callbackReentersBreaker_noDeadlock(t *testing.T) {
+	var b *Breaker
+	var states []State
+	var mu sync.Mutex
+	b = mustNew(t, Settings{Failures: 1, OpenTimeout: 10 * time.Millisecond, OnStateChange: func(_ string, _, to State) {
+		s := b.State() // would deadlock if called under a lock
+		if done, err := b.Allow(); err == nil {
+			done(nil, 0)
+		}
+		mu.Lock()
+		states = append(states, to, s)
+		mu.Unlock()
+	}})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		_ = call(b, errDown, 0)
+		time.Sleep(20 * time.Millisecond)
+		_ = call(b, nil, 0)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("deadlock: callback calling back into the breaker")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(states) < 2 || states[0] != Open {
+		t.Fatalf("callback saw %v, want it to run from the first transition (to open)", states)
+	}
+}
+
+func TestBreaker_concurrentCallbacksChainInOrder(t *testing.T) {
+	rec := &recorder{}
+	b := mustNew(t, Settings{Failures: 3, OpenTimeout: time.Millisecond, OnStateChange: rec.on})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				var err error
+				if (g+i)%3 != 0 {
+					err = errDown
+				}
+				_ = call(b, err, 0)
+				if i%50 == 0 {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	_ = b.State() // deliver anything still queued
+	got := strings.Split(rec.String(), ",")
+	if len(got) < 2 {
+		t.Fatalf("only %d transitions; the test needs several", len(got))
+	}
+	prev := "closed"
+	for i, x := range got {
+		from, to, _ := strings.Cut(x, ">")
+		if from != prev {
+			t.Fatalf("transition %d is %s, but the state was %s: out of order: %v", i, x, prev, got)
+		}
+		prev = to
+	}
+}
+
+func TestBreaker_Execute(t *testing.T) {
+	b := mustNew(t, Settings{Failures: 1})
+	if err := b.Execute(func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Execute swallowed the panic")
+			}
+		}()
+		_ = b.Execute(func() error { panic("boom") })
+	}()
+	if b.State() != Open {
+		t.Fatal("a panic did not count as a failure")
+	}
+	ran := false
+	if err := b.Execute(func() error { ran = true; return nil }); !errors.Is(err, ErrOpen) || ran {
+		t.Fatalf("open: err %v ran %v, want ErrOpen and fn not run", err, ran)
+	}
+}
+
+func TestState_String(t *testing.T) {
+	for s, want := range map[State]string{Closed: "closed", HalfOpen: "half-open", Open: "open", State(7): "State(7)"} {
+		if s.String() != want {
+			t.Errorf("%d: %q, want %q", int(s), s.String(), want)
+		}
+	}
+}
