@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/telemetry"
@@ -623,3 +624,24 @@ var globalRec = sync.OnceValue(func() *telRec {
 	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r))
 	return r
 })
+
+// TestTelemetry_tree_breakerOpen: the load span says the breaker's state
+// and that it refused the call; the default answers, reason breaker_open.
+func TestTelemetry_tree_breakerOpen(t *testing.T) {
+	rec := newTelRec(t)
+	p := build(t, New[string]("tel").Cache(time.Minute).SingleFlight().DefaultValue("dflt").
+		Breaker(breaker.Settings{Failures: 1, OpenTimeout: time.Hour}).TracerProvider(rec.tp))
+	telGet(t, context.Background(), p, "k", failLoad) // opens the breaker
+	root := rec.call("test", func(ctx context.Context) {
+		if r := telGet(t, ctx, p, "k", okLoad); r.Source != SourceDefault {
+			t.Fatalf("source = %v, want default", r.Source)
+		}
+	})
+	wantTree(t, rec.tree(t, root), `
+resilience.get [resilience.failed_open=false resilience.fallback.reason=breaker_open resilience.fallback=true resilience.pipeline=tel resilience.source=default] events=[fallback]
+  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
+  resilience.singleflight [resilience.singleflight.shared=false]
+    resilience.load [resilience.attempt=1 resilience.breaker.state=open] events=[breaker refused the call]
+  resilience.fallback [resilience.fallback.reason=breaker_open resilience.source=default]
+`)
+}

@@ -3,6 +3,9 @@
 // and the loader runs once.
 //
 //	go run ./examples/quickstart
+//
+// With OTEL_EXPORTER_OTLP_ENDPOINT set (e.g. http://127.0.0.1:4318), it
+// exports its traces over OTLP/HTTP.
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/examples/internal/otelsetup"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -30,8 +34,20 @@ func main() {
 	callers := flag.Int("callers", 1000, "goroutines asking for the cold key at once")
 	loadTime := flag.Duration("load", 100*time.Millisecond, "how long the loader takes")
 	flag.Parse()
-	if err := run(os.Stdout, *callers, *loadTime); err != nil {
+	// Traces go to an OTLP endpoint only when OTEL_EXPORTER_OTLP_ENDPOINT
+	// is set.
+	shutdown, err := otelsetup.Install(context.Background(), "quickstart")
+	if err != nil {
 		log.Fatal(err)
+	}
+	err = run(os.Stdout, *callers, *loadTime)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := shutdown(ctx); serr != nil {
+		log.Print(serr)
+	}
+	if err != nil {
+		log.Fatal(err) //nolint:gocritic // cancel has nothing left to release
 	}
 }
 

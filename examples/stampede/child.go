@@ -60,10 +60,10 @@ type command struct {
 
 // event is a child -> parent message (one JSON line on the child's stdout).
 type event struct {
-	Ev  string `json:"ev"` // "ready", "load" (a loader call began), "result"
-	Pod int    `json:"pod"`
-	Key string `json:"key,omitempty"`
-	*podResult
+	Ev     string     `json:"ev"` // "ready", "load" (a loader call began), "result"
+	Pod    int        `json:"pod"`
+	Key    string     `json:"key,omitempty"`
+	Result *podResult `json:"result,omitempty"`
 }
 
 // podResult is one pod's account of one round.
@@ -76,6 +76,8 @@ type podResult struct {
 	Values     map[string]int `json:"values"`      // value -> callers that got it
 	RoundTrips int64          `json:"round_trips"` // commands this pod's client sent
 	ErrSample  string         `json:"err_sample,omitempty"`
+
+	key string // the round's key, set by the parent's reader
 }
 
 // countHook counts the commands a client sends (round trips, pipelined
@@ -162,7 +164,7 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 			before := hook.n.Load()
 			r := runRound(cfg, get, c)
 			r.RoundTrips = hook.n.Load() - before
-			em.emit(event{Ev: "result", Pod: cfg.Pod, Key: c.Key, podResult: r})
+			em.emit(event{Ev: "result", Pod: cfg.Pod, Key: c.Key, Result: r})
 		default:
 			return fmt.Errorf("stampede: pod %d: unknown op %q", cfg.Pod, c.Op)
 		}

@@ -135,7 +135,10 @@ func (f *Fleet) spawn(spawn Spawner, c podConfig) (*pod, error) {
 				default:
 				}
 			case "result":
-				p.results <- ev.podResult
+				if ev.Result != nil {
+					ev.Result.key = ev.Key
+					p.results <- ev.Result
+				}
 			}
 		}
 		p.err = cmd.Wait()
@@ -170,24 +173,35 @@ func (f *Fleet) Go(i int, key string, start time.Time, load time.Duration) error
 	return err
 }
 
-// Result waits up to timeout for pod i's result of its current round. A
-// pod that died or did not answer yields an error.
-func (f *Fleet) Result(i int, timeout time.Duration) (*podResult, error) {
+// Result waits up to timeout for pod i's result of its round on key. A pod
+// that died or did not answer yields an error. Late results of earlier
+// rounds are dropped.
+func (f *Fleet) Result(i int, key string, timeout time.Duration) (*podResult, error) {
 	p := f.pods[i]
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case r := <-p.results:
-		return r, nil
-	case <-p.done:
-		select { // a result may have been read just before the end
+	for {
+		select {
 		case r := <-p.results:
-			return r, nil
-		default:
+			if r != nil && r.key == key {
+				return r, nil
+			}
+		case <-p.done:
+			for { // results may have been read just before the end
+				select {
+				case r := <-p.results:
+					if r != nil && r.key == key {
+						return r, nil
+					}
+					continue
+				default:
+				}
+				break
+			}
+			return nil, fmt.Errorf("stampede: pod %d is gone: %v", i, p.err)
+		case <-t.C:
+			return nil, fmt.Errorf("stampede: pod %d: no result within %v", i, timeout)
 		}
-		return nil, fmt.Errorf("stampede: pod %d is gone: %v", i, p.err)
-	case <-t.C:
-		return nil, fmt.Errorf("stampede: pod %d: no result within %v", i, timeout)
 	}
 }
 
@@ -447,7 +461,7 @@ func runOne(ctx context.Context, f *Fleet, admin *redis.Client, cfg Config, roun
 		if !sent[i] {
 			continue
 		}
-		r, err := f.Result(i, max(time.Until(deadline), time.Millisecond))
+		r, err := f.Result(i, key, max(time.Until(deadline), time.Millisecond))
 		if err != nil {
 			st.PodErrors = append(st.PodErrors, err.Error())
 			continue
