@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -456,24 +455,15 @@ func valueKey(t *testing.T, name, key string) string {
 }
 
 func TestFailOpen_redisPaused_whileLockHeld(t *testing.T) {
+	// go-redis ignores context deadlines on socket reads unless
+	// ContextTimeoutEnabled is set: the pipeline must bound every Redis
+	// operation itself, with either client.
 	cases := []struct {
 		name   string
 		client func(*redis.Options)
 	}{
-		// go-redis ignores context deadlines on socket reads unless
-		// ContextTimeoutEnabled is set; the lock stage relies on them.
 		{"ContextTimeoutEnabled", func(o *redis.Options) { o.ContextTimeoutEnabled = true }},
-	}
-	// Known gap, off by default: with go-redis's default client, the lock
-	// stage's operations (notify, release, acquire, inspect) run through
-	// infra.do, which cannot cut a read the client does not bound by ctx,
-	// so the lock holder's callers wait out ReadTimeout several times over.
-	// The fix is to route them through guard, as the L2 operations are.
-	if os.Getenv("HERDGUARD_DEFAULT_CLIENT_LOCK_PAUSE") != "" {
-		cases = append(cases, struct {
-			name   string
-			client func(*redis.Options)
-		}{"default client", func(*redis.Options) {}})
+		{"default client", func(*redis.Options) {}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

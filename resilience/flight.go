@@ -131,6 +131,15 @@ func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		o.leadSpan = sc
 	}
+	var woken <-chan struct{}
+	if p.locker != nil {
+		// Subscribe before the L2 read: a value that lands after a miss
+		// there is announced to this subscription, so a waiter is never
+		// left sleeping on an announcement it missed.
+		ch, unsubscribe := p.notifier.Subscribe(key)
+		defer unsubscribe()
+		woken = ch
+	}
 	if p.l2 != nil {
 		e, f, err := p.l2Get(ctx, key)
 		switch {
@@ -151,7 +160,7 @@ func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o
 		}
 	}
 	if p.locker != nil && !o.res.FailedOpen {
-		return p.lockedLoad(ctx, key, load, o)
+		return p.lockedLoad(ctx, key, load, o, woken)
 	}
 	return o, p.loadAndStore(ctx, key, load, 0, o)
 }

@@ -15,7 +15,10 @@ import (
 
 // lockedLoad is the distributed-lock stage: the winner loads, the others
 // wait for its value; when the lock backend fails, the load runs unlocked.
-func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[V], o *outcome[V]) (*outcome[V], error) {
+//
+// woken is the subscription to key's announcements, taken before the L2
+// read that missed, so no announcement after that read is lost.
+func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], woken <-chan struct{}) (*outcome[V], error) {
 	start := time.Now()
 	var sp trace.Span
 	if p.tel.Tracing() {
@@ -28,7 +31,7 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 		p.lockOutcome(ctx, sp, "acquired", start, lease.Fence())
 		return o, p.holdAndLoad(ctx, key, load, lease, o)
 	case errors.Is(err, lock.ErrNotAcquired):
-		return o, p.await(ctx, sp, key, load, o, start)
+		return o, p.await(ctx, sp, key, load, o, start, woken)
 	case ctx.Err() != nil:
 		return o, err
 	}
@@ -52,13 +55,17 @@ func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome st
 }
 
 func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, error) {
-	var lease *lock.Lease
-	err := p.infra.do(ctx, "lock_acquire", func(ctx context.Context) error {
-		var err error
-		lease, err = p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
-		return err
+	return guard(ctx, p.infra, "lock_acquire", func(ctx context.Context) (*lock.Lease, error) {
+		return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
+	}, func(l *lock.Lease, err error) {
+		// Granted after the caller gave up on it: give it back at once, or
+		// every other process would wait out a whole lease.
+		if err == nil && l != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), p.opTimeout())
+			defer cancel()
+			_ = l.Release(rctx)
+		}
 	})
-	return lease, err
 }
 
 // holdAndLoad is the winner's part: re-check, load, write, announce,
@@ -71,20 +78,32 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 		// behind would hold every other process for a whole lease.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opTimeout())
 		defer cancel()
-		_ = p.infra.do(rctx, "lock_release", func(ctx context.Context) error { return lease.Release(ctx) })
+		_, _ = guard(rctx, p.infra, "lock_release", func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, lease.Release(ctx)
+		}, nil)
 	}()
 	// Another holder may have written the value between our miss and our
 	// grant.
-	if e, f, err := p.sharedGet(ctx, key); err == nil && f == cache.Fresh && !o.force {
+	e, f, err := p.sharedGet(ctx, key)
+	switch {
+	case err != nil:
+		// Redis failed between the grant and now: load, and skip the
+		// write-back and the announcement, which would fail too.
+		o.res.FailedOpen = true
+	case f == cache.Fresh && !o.force:
 		p.fillL1(key, e)
 		o.res, err = fromEntry(&e, SourceL2)
 		return err
 	}
-	err := p.loadAndStore(ctx, key, load, lease.Fence(), o)
-	// Announce success and failure alike: on failure, waiters wake, find no
-	// value and one of them takes the lock, instead of sleeping out their
-	// budget.
-	_ = p.infra.do(ctx, "notify", func(ctx context.Context) error { return p.notifier.Notify(ctx, key) })
+	err = p.loadAndStore(ctx, key, load, lease.Fence(), o)
+	if !o.res.FailedOpen {
+		// Announce success and failure alike: on failure, waiters wake,
+		// find no value and one of them takes the lock, instead of
+		// sleeping out their budget.
+		_, _ = guard(ctx, p.infra, "notify", func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, p.notifier.Notify(ctx, key)
+		}, nil)
+	}
 	return err
 }
 
@@ -106,14 +125,16 @@ func (p *Pipeline[V]) opTimeout() time.Duration {
 // jittered backoff poll as the safety net. Past Wait, it goes on waiting
 // only while the holder is alive (extending its lease), up to MaxWait; then
 // it loads unlocked.
-func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
+//
+// woken was subscribed before the L2 read that missed, and the lock was
+// found held after that read: until an announcement or a poll tick, there
+// is nothing new to look at, so the first look costs no Redis command.
+func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, woken <-chan struct{}) error {
 	var wsp trace.Span
 	if p.tel.Tracing() {
 		ctx, wsp = p.tel.Start(ctx, telemetry.SpanLockWait)
 		defer wsp.End()
 	}
-	woken, unsubscribe := p.notifier.Subscribe(key)
-	defer unsubscribe()
 	bo := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(p.lockCfg.Poll),
 		backoff.WithMultiplier(1.5),
@@ -121,23 +142,30 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		backoff.WithMaxInterval(time.Second),
 		backoff.WithMaxElapsedTime(0), // bounded by MaxWait below, not by the backoff
 	)
-	announced := true // the first look follows the subscription, as if woken
+	// Without Redis, the miss was the L1 lookup, made before the
+	// subscription: look once.
+	look := p.l2 == nil
+	select {
+	case <-woken: // announced since the L2 read
+		look = true
+	default:
+	}
 	for {
-		// Subscribed first, then look: a value that landed before the
-		// subscription is seen here, one that lands after wakes us.
-		e, f, err := p.sharedGet(ctx, key)
-		if err != nil {
-			o.res.FailedOpen = true
-			p.lockOutcome(ctx, sp, "failed_open", start, 0)
-			return p.loadAndStore(ctx, key, load, 0, o)
-		}
-		if f == cache.Fresh {
-			p.fillL1(key, e)
-			p.lockOutcome(ctx, sp, "waited", start, 0)
-			o.res, err = fromEntry(&e, SourceWaited)
-			return err
-		}
-		if !announced { // a poll tick: the holder may be gone; take over
+		if look {
+			e, f, err := p.sharedGet(ctx, key)
+			if err != nil {
+				o.res.FailedOpen = true
+				p.lockOutcome(ctx, sp, "failed_open", start, 0)
+				return p.loadAndStore(ctx, key, load, 0, o)
+			}
+			if f == cache.Fresh {
+				p.fillL1(key, e)
+				p.lockOutcome(ctx, sp, "waited", start, 0)
+				o.res, err = fromEntry(&e, SourceWaited)
+				return err
+			}
+			// No value: the holder failed or is gone. Take over if the
+			// lock is free.
 			lease, err := p.tryAcquire(ctx, key)
 			switch {
 			case err == nil:
@@ -155,6 +183,13 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		}
 		if elapsed := time.Since(start); elapsed >= p.lockCfg.Wait {
 			if elapsed >= p.lockCfg.MaxWait || !p.holderAlive(ctx, key) {
+				// One last look, then load unlocked.
+				if e, f, err := p.sharedGet(ctx, key); err == nil && f == cache.Fresh {
+					p.fillL1(key, e)
+					p.lockOutcome(ctx, sp, "waited", start, 0)
+					o.res, err = fromEntry(&e, SourceWaited)
+					return err
+				}
 				p.lockOutcome(ctx, sp, "timeout", start, 0)
 				if wsp != nil {
 					wsp.AddEvent("wait budget spent; loading unlocked")
@@ -169,14 +204,13 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		t := time.NewTimer(next)
 		select {
 		case <-woken:
-			announced = true
 		case <-t.C:
-			announced = false
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		}
 		t.Stop()
+		look = true
 	}
 }
 
@@ -185,13 +219,14 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 // holder's lease never runs below two thirds (less a margin for the
 // extension's own latency). Assumes every process uses the same lease.
 func (p *Pipeline[V]) holderAlive(ctx context.Context, key string) bool {
-	var held bool
-	var left time.Duration
-	err := p.infra.do(ctx, "lock_inspect", func(ctx context.Context) error {
-		var err error
-		held, left, err = p.locker.Inspect(ctx, key)
-		return err
-	})
+	type state struct {
+		held bool
+		left time.Duration
+	}
+	st, err := guard(ctx, p.infra, "lock_inspect", func(ctx context.Context) (state, error) {
+		held, left, err := p.locker.Inspect(ctx, key)
+		return state{held, left}, err
+	}, nil)
 	lease := p.lockCfg.Lease
-	return err == nil && held && left > lease*2/3-lease/10
+	return err == nil && st.held && st.left > lease*2/3-lease/10
 }

@@ -44,25 +44,6 @@ func redisBreaker(client redis.UniversalClient, s breaker.Settings) (*breaker.Br
 	return actual.(*breaker.Breaker), nil
 }
 
-// do runs op through the breaker with the per-operation timeout. Outcomes
-// that say nothing about Redis's health (lock held by another, the caller
-// gone) do not count against the breaker.
-func (in *infra) do(ctx context.Context, name string, op func(context.Context) error) error {
-	if in == nil { // the embedded default: nothing to guard
-		return op(ctx)
-	}
-	done, err := in.br.Allow()
-	if err != nil {
-		return err
-	}
-	octx, cancel := context.WithTimeout(ctx, in.opTimeout)
-	start := time.Now()
-	err = op(octx)
-	cancel()
-	settle(ctx, done, err, time.Since(start))
-	return err
-}
-
 // settle records an operation's outcome with the Redis breaker.
 func settle(ctx context.Context, done func(error, time.Duration), err error, took time.Duration) {
 	switch {
@@ -85,7 +66,7 @@ type guarded[T any] struct {
 	ready chan struct{}
 }
 
-// guard is [infra.do] for an operation that returns a value, bounded by the
+// guard runs one Redis operation through the Redis breaker, bounded by the
 // per-operation timeout even when the client ignores context deadlines:
 // go-redis does unless its ContextTimeoutEnabled option is set, and then
 // waits out its ReadTimeout (5 seconds by default) on a hung server. An
