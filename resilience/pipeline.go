@@ -67,7 +67,21 @@ func (p *Pipeline[V]) Name() string { return p.name }
 // run once for all concurrent callers. It is [Pipeline.GetResult] without
 // the details.
 func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
-	r, err := p.GetResult(ctx, key, load)
+	if err := p.checkGet(ctx, key, load); err != nil {
+		var zero V
+		return zero, err
+	}
+	if !p.tel.Off() {
+		r, err := p.getObserved(ctx, key, load)
+		return r.Value, err
+	}
+	// The L1 hit, without building a Result nobody reads.
+	if p.l1 != nil {
+		if e, f := p.l1.Lookup(key); f == cache.Fresh && !e.NotFound && p.beta == 0 {
+			return e.Value, nil
+		}
+	}
+	r, err := p.get(ctx, key, load)
 	return r.Value, err
 }
 
@@ -77,7 +91,7 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 	if err := p.checkGet(ctx, key, load); err != nil {
 		return Result[V]{}, err
 	}
-	if p.tel.Tracing() || p.tel.Metering() {
+	if !p.tel.Off() {
 		return p.getObserved(ctx, key, load)
 	}
 	return p.get(ctx, key, load)

@@ -214,6 +214,13 @@ func TestGet_values_zeroNotFoundMiss(t *testing.T) {
 			t.Fatalf("missing round %d: %+v %v, want not found from %v", round, r, err, wantSrc)
 		}
 	}
+	// Get's own L1 path keeps the three outcomes apart too.
+	if v, err := p.Get(context.Background(), "zero", load); err != nil || v != 0 {
+		t.Fatalf("Get zero: %d %v", v, err)
+	}
+	if _, err := p.Get(context.Background(), "missing", load); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get missing: %v, want ErrNotFound", err)
+	}
 	if calls.Load() != 2 {
 		t.Fatalf("loader calls = %d, want 2 (both outcomes cached)", calls.Load())
 	}

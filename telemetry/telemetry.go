@@ -122,6 +122,10 @@ func (t *Telemetry) Metering() bool {
 	return otel.GetMeterProvider() != defaultMP
 }
 
+// Off reports whether neither spans nor measurements can be recorded: the
+// hot path's one check.
+func (t *Telemetry) Off() bool { return !t.Tracing() && !t.Metering() }
+
 // Tracer returns the tracer.
 func (t *Telemetry) Tracer() trace.Tracer { return t.tracer }
 

@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"slices"
@@ -51,7 +52,7 @@ func main() {
 	}
 }
 
-func run(w *os.File, callers int, loadTime time.Duration) error {
+func run(w io.Writer, callers int, loadTime time.Duration) error {
 	reports, err := resilience.New[Report]("reports").
 		Cache(time.Minute).
 		SingleFlight().
