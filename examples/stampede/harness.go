@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/resilience"
 )
@@ -347,14 +348,14 @@ func Run(ctx context.Context, cfg Config, report func(RoundStats)) error {
 		cfg.Spawn = s
 	}
 	addr := cfg.Redis
-	var priv *privateRedis
+	var priv *redistest.Server
 	if addr == "" {
-		var err error
-		if priv, err = startRedis(); err != nil {
-			return err
+		s, closeRedis, err := redistest.New()
+		if err != nil {
+			return fmt.Errorf("stampede: %w (or pass -redis ADDR)", err)
 		}
-		defer priv.Close()
-		addr = priv.Addr()
+		defer closeRedis()
+		priv, addr = s, s.Addr()
 	} else if cfg.KillRedisAfter > 0 {
 		return errors.New("stampede: -kill-redis-after needs the private Redis: leave -redis out")
 	}
@@ -401,7 +402,7 @@ func Run(ctx context.Context, cfg Config, report func(RoundStats)) error {
 	return fleet.Close()
 }
 
-func killRedisLater(priv *privateRedis, after, restart time.Duration) {
+func killRedisLater(priv *redistest.Server, after, restart time.Duration) {
 	time.AfterFunc(after, func() {
 		if err := priv.Kill(); err != nil {
 			fmt.Fprintln(os.Stderr, "stampede: kill redis:", err)
