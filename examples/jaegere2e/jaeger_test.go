@@ -243,6 +243,9 @@ func TestJaeger_stampedeTraces(t *testing.T) {
 
 	want := pods*callers + 1
 	traces := waitTraces(t, query, want)
+	if dir := os.Getenv("HERDGUARD_JAEGER_DUMP"); dir != "" {
+		dumpTraces(t, query, dir)
+	}
 	byRoot := map[string][]*jTrace{}
 	for _, tr := range traces {
 		get := tr.root()
@@ -370,4 +373,22 @@ func allEnded(trs []*jTrace) bool {
 		}
 	}
 	return true
+}
+
+// dumpTraces writes the service's traces, as Jaeger's API returns them, to
+// dir/traces.json; docs/trace-view.html draws them.
+func dumpTraces(t *testing.T, query, dir string) {
+	t.Helper()
+	resp, err := http.Get(query + "/api/traces?service=" + service + "&limit=1000&lookback=1h")
+	if err != nil {
+		t.Fatalf("dump traces: %v", err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		t.Fatalf("dump traces: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "traces.json"), buf.Bytes(), 0o644); err != nil {
+		t.Fatalf("dump traces: %v", err)
+	}
 }
