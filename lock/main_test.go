@@ -1,12 +1,9 @@
 package lock
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/herdguard/herdguard/internal/redistest"
 )
@@ -20,19 +17,5 @@ var srv *redistest.Server
 var rdb *redis.Client
 
 func TestMain(m *testing.M) {
-	s, closeFn, err := redistest.New()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv, rdb = s, s.Client()
-	code := m.Run()
-	closeFn()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	redistest.Main(m, func(s *redistest.Server) { srv, rdb = s, s.Client() })
 }

@@ -75,13 +75,11 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 		r, err := p.getObserved(ctx, key, load)
 		return r.Value, err
 	}
-	// The L1 hit, without building a Result nobody reads.
-	if p.l1 != nil {
-		if e, f := p.l1.Lookup(key); f == cache.Fresh && !e.NotFound && p.beta == 0 {
-			return e.Value, nil
-		}
+	e, f := p.lookup(key)
+	if f == cache.Fresh && !e.NotFound && p.beta == 0 {
+		return e.Value, nil // the L1 hit, without building a Result nobody reads
 	}
-	r, err := p.get(ctx, key, load)
+	r, err := p.get(ctx, key, load, e, f)
 	return r.Value, err
 }
 
@@ -94,7 +92,8 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 	if !p.tel.Off() {
 		return p.getObserved(ctx, key, load)
 	}
-	return p.get(ctx, key, load)
+	e, f := p.lookup(key)
+	return p.get(ctx, key, load, e, f)
 }
 
 func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]) error {
@@ -124,24 +123,27 @@ func (e *wrongCallError) Unwrap() error { return ErrWrongCall }
 
 func quote(s string) string { return "\"" + s + "\"" }
 
-// get is the call path with telemetry off. It stays free of allocations on
-// an L1 hit.
-func (p *Pipeline[V]) get(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
-	var stale cache.Entry[V]
-	hasStale := false
-	if p.l1 != nil {
-		e, f := p.l1.Lookup(key)
-		if f == cache.Fresh {
-			if p.beta > 0 && p.refreshEarly(e) {
-				p.refreshAsync(ctx, key, load)
-			}
-			return fromEntry(e, SourceL1)
-		}
-		if f == cache.Stale {
-			stale, hasStale = *e, true
-		}
+// lookup reads key from L1; a pipeline without one always misses.
+func (p *Pipeline[V]) lookup(key string) (*cache.Entry[V], cache.Freshness) {
+	if p.l1 == nil {
+		return nil, cache.Miss
 	}
-	return p.miss(ctx, key, load, stale, hasStale)
+	return p.l1.Lookup(key)
+}
+
+// get is the call path with telemetry off, given what L1 held for key. It
+// stays free of allocations on an L1 hit.
+func (p *Pipeline[V]) get(ctx context.Context, key string, load LoadFunc[V], e *cache.Entry[V], f cache.Freshness) (Result[V], error) {
+	switch f {
+	case cache.Fresh:
+		if p.beta > 0 && p.refreshEarly(e) {
+			p.refreshAsync(ctx, key, load)
+		}
+		return fromEntry(e, SourceL1)
+	case cache.Stale:
+		return p.miss(ctx, key, load, *e, true)
+	}
+	return p.miss(ctx, key, load, cache.Entry[V]{}, false)
 }
 
 // getObserved is the call path with telemetry on: a span for the call and
