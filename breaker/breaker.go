@@ -58,9 +58,25 @@ const (
 type Settings struct {
 	// Name identifies the breaker in callbacks, errors and telemetry.
 	Name string
-	// Failures is how many consecutive failures open the breaker.
+	// Failures is how many consecutive failures open the breaker, unless
+	// FailureRatio is set.
 	// default: 5
 	Failures uint32
+	// FailureRatio, when above 0, opens the breaker on a failure rate
+	// instead of a run of failures: when at least FailureRatio of the
+	// calls in the last Window failed, and there were at least
+	// MinRequests of them. A handful of slow replies under a burst then
+	// does not open it; a dependency that fails most calls does.
+	// default: 0 (count consecutive failures)
+	FailureRatio float64
+	// MinRequests is the least number of calls in the Window for
+	// FailureRatio to apply.
+	// default: 20
+	MinRequests uint32
+	// Window is the rolling window (ten buckets) over which FailureRatio
+	// is measured.
+	// default: 10 seconds
+	Window time.Duration
 	// OpenTimeout is how long the breaker stays open before it lets a
 	// probe through.
 	// default: 30 seconds
@@ -97,6 +113,7 @@ type Breaker struct {
 	mu          sync.Mutex
 	pending     []transition
 	dispatching bool
+	subs        map[*func(string, State, State)]struct{}
 }
 
 type transition struct{ from, to State }
@@ -119,16 +136,35 @@ func New(s Settings) (*Breaker, error) {
 	if s.HalfOpenProbes == 0 {
 		s.HalfOpenProbes = DefaultHalfOpenProbes
 	}
+	if s.FailureRatio < 0 || s.FailureRatio > 1 || s.Window < 0 {
+		return nil, fmt.Errorf("breaker %q: FailureRatio must be in [0, 1] and Window not negative, got %v and %v", s.Name, s.FailureRatio, s.Window)
+	}
+	if s.MinRequests == 0 {
+		s.MinRequests = 20
+	}
+	if s.Window == 0 {
+		s.Window = 10 * time.Second
+	}
 	b := &Breaker{name: s.Name, slow: s.SlowCall, isFailure: s.IsFailure, onChange: s.OnStateChange}
 	if b.isFailure == nil {
 		b.isFailure = defaultIsFailure
 	}
 	failures := s.Failures
+	trip := func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures }
+	var interval, bucket time.Duration
+	if ratio, least := s.FailureRatio, s.MinRequests; ratio > 0 {
+		trip = func(c gobreaker.Counts) bool {
+			return c.Requests >= least && float64(c.TotalFailures) >= ratio*float64(c.Requests)
+		}
+		interval, bucket = s.Window, max(s.Window/10, time.Millisecond)
+	}
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        s.Name,
-		MaxRequests: s.HalfOpenProbes,
-		Timeout:     s.OpenTimeout,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		Name:         s.Name,
+		MaxRequests:  s.HalfOpenProbes,
+		Timeout:      s.OpenTimeout,
+		Interval:     interval,
+		BucketPeriod: bucket,
+		ReadyToTrip:  trip,
 		// errIgnored marks outcomes that must not count either way.
 		IsExcluded:   func(err error) bool { return errors.Is(err, errIgnored) },
 		IsSuccessful: func(err error) bool { return err == nil },
@@ -237,14 +273,44 @@ func (b *Breaker) dispatch() {
 	for len(b.pending) > 0 {
 		batch := b.pending
 		b.pending = nil
+		subs := make([]func(string, State, State), 0, len(b.subs))
+		for fn := range b.subs {
+			subs = append(subs, *fn)
+		}
 		b.mu.Unlock()
-		if b.onChange != nil {
-			for _, t := range batch {
+		for _, t := range batch {
+			if b.onChange != nil {
 				b.onChange(b.name, t.from, t.to)
+			}
+			for _, fn := range subs {
+				fn(b.name, t.from, t.to)
 			}
 		}
 		b.mu.Lock()
 	}
 	b.dispatching = false
 	b.mu.Unlock()
+}
+
+// Subscribe adds fn to the callbacks of every later transition, called
+// like Settings.OnStateChange (after it, outside every lock of the
+// breaker), and returns the function that removes it. Several users of
+// one shared breaker (pipelines on one Redis client, say) each subscribe,
+// and unsubscribe when done, so that nothing they own outlives them.
+func (b *Breaker) Subscribe(fn func(name string, from, to State)) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
+	h := &fn
+	b.mu.Lock()
+	if b.subs == nil {
+		b.subs = make(map[*func(string, State, State)]struct{})
+	}
+	b.subs[h] = struct{}{}
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		delete(b.subs, h)
+		b.mu.Unlock()
+	}
 }

@@ -295,3 +295,82 @@ func TestState_String(t *testing.T) {
 		}
 	}
 }
+
+func TestBreaker_FailureRatio_tripsOnRateNotRun(t *testing.T) {
+	b, err := New(Settings{Name: "r", FailureRatio: 0.5, MinRequests: 10, Window: time.Minute, OpenTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(fail bool) {
+		t.Helper()
+		done, err := b.Allow()
+		if err != nil {
+			t.Fatalf("Allow() = %v while %v", err, b.State())
+		}
+		if fail {
+			done(errors.New("boom"), 0)
+		} else {
+			done(nil, 0)
+		}
+	}
+	// Six failures in a row would open a breaker counting a run of five;
+	// this one waits for MinRequests calls before it judges the rate.
+	for range 6 {
+		call(true)
+	}
+	if b.State() != Closed {
+		t.Fatalf("state = %v after 6 of 6 failures, below MinRequests; want closed", b.State())
+	}
+	for range 3 {
+		call(false)
+	}
+	if b.State() != Closed {
+		t.Fatal("opened before MinRequests")
+	}
+	call(true) // 10 calls, 7 failed: 70% >= 50%
+	if b.State() != Open {
+		t.Fatalf("state = %v at 7 failures of 10, want open", b.State())
+	}
+}
+
+func TestBreaker_FailureRatio_staysClosedBelowRate(t *testing.T) {
+	b, err := New(Settings{Name: "r", FailureRatio: 0.5, MinRequests: 10, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		done, err := b.Allow()
+		if err != nil {
+			t.Fatalf("call %d: Allow() = %v", i, err)
+		}
+		if i%3 == 0 {
+			done(errors.New("boom"), 0) // a third fail
+		} else {
+			done(nil, 0)
+		}
+	}
+	if b.State() != Closed {
+		t.Fatalf("state = %v with a third of calls failing, want closed", b.State())
+	}
+}
+
+func TestBreaker_Subscribe_everySubscriberHearsUntilItLeaves(t *testing.T) {
+	b, err := New(Settings{Name: "shared", Failures: 1, OpenTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, c []State
+	stopA := b.Subscribe(func(_ string, _, to State) { a = append(a, to) })
+	stopC := b.Subscribe(func(_ string, _, to State) { c = append(c, to) })
+	stopC()
+	done, err := b.Allow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done(errors.New("boom"), 0)
+	_ = b.State()
+	stopA()
+	if len(a) != 1 || a[0] != Open || len(c) != 0 {
+		t.Fatalf("subscriber a heard %v, c (unsubscribed) heard %v; want [open] and []", a, c)
+	}
+}

@@ -14,9 +14,19 @@ import (
 	"github.com/herdguard/herdguard/internal/rkey"
 )
 
-// ErrExpiredEntry is returned by [Redis.Set] for an entry whose StaleUntil
-// (and Expires) has already passed: there is nothing left to store.
-var ErrExpiredEntry = errors.New("cache: entry already past its stale-until time")
+var (
+	// ErrExpiredEntry is returned by [Redis.Set] for an entry whose
+	// StaleUntil (and Expires) has already passed: there is nothing left
+	// to store.
+	ErrExpiredEntry = errors.New("cache: entry already past its stale-until time")
+	// ErrLockLost is returned by [Redis.SetHeld] when the writer's lock no
+	// longer holds its token: its lease was taken over, expired, or lost
+	// with Redis's keys. Nothing was written.
+	ErrLockLost = errors.New("cache: lock lost; value not written")
+	// ErrCodec is matched by the errors of a [Codec] that failed or
+	// panicked on a value: a problem with that value, not with Redis.
+	ErrCodec = errors.New("cache: codec failed")
+)
 
 // RedisClient is the part of a go-redis client that [Redis] uses. Both
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
@@ -126,11 +136,38 @@ func (r *Redis[V]) decode(raw []byte) (Entry[V], error) {
 		Fence:        env.fence,
 	}
 	if !env.notFound {
-		if err := r.codec.Unmarshal(env.payload, &e.Value); err != nil {
-			return Entry[V]{}, fmt.Errorf("cache: decode value: %w", err)
+		if err := r.unmarshal(env.payload, &e.Value); err != nil {
+			return Entry[V]{}, err
 		}
 	}
 	return e, nil
+}
+
+// unmarshal runs the codec, turning a failure or a panic (a custom
+// UnmarshalJSON, say) into an error matching [ErrCodec].
+func (r *Redis[V]) unmarshal(b []byte, v *V) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: decode panicked: %v", ErrCodec, p)
+		}
+	}()
+	if err := r.codec.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: decode: %w", ErrCodec, err)
+	}
+	return nil
+}
+
+// marshal is unmarshal's twin for encoding.
+func (r *Redis[V]) marshal(v V) (b []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: encode panicked: %v", ErrCodec, p)
+		}
+	}()
+	if b, err = r.codec.Marshal(v); err != nil {
+		return nil, fmt.Errorf("%w: encode: %w", ErrCodec, err)
+	}
+	return b, nil
 }
 
 func (r *Redis[V]) corrupt(key string, err error) {
@@ -147,11 +184,30 @@ func (r *Redis[V]) Corrupted() uint64 { return r.corrupted.Load() }
 // written under a newer lock grant: a write whose e.Fence is below the
 // stored entry's fence is refused with stored == false and a nil error, so a
 // superseded holder's late write-back cannot overwrite a newer value. An
-// e.Fence of 0 means the entry was written without a lock; it then ranks as
-// new as the latest grant of key and is never refused.
+// e.Fence of 0 means the entry was written without a lock; it replaces
+// entries written without one, never one written under a lock (its load
+// may have started before that grant's).
 //
-// Set returns [ErrExpiredEntry] if e.StaleUntil has passed.
+// Set returns [ErrExpiredEntry] if e.StaleUntil has passed, and an error
+// matching [ErrCodec] if the value does not encode.
 func (r *Redis[V]) Set(ctx context.Context, key string, e Entry[V]) (stored bool, err error) {
+	return r.set(ctx, key, e, "")
+}
+
+// SetHeld is [Redis.Set] for the holder of key's lock (a lock.Redis lease
+// of the same prefix and namespace, with e.Fence its fence and token its
+// token): in the same round trip it checks that the lock still holds
+// token, and writes nothing, returning [ErrLockLost], when it does not. A
+// holder whose lease was taken over, or lost when Redis lost its keys,
+// therefore never writes back a value loaded before a newer one.
+func (r *Redis[V]) SetHeld(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
+	if token == "" {
+		return false, fmt.Errorf("cache: set %q: empty lock token", key)
+	}
+	return r.set(ctx, key, e, token)
+}
+
+func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if e.Fence < 0 {
 		return false, fmt.Errorf("cache: set %q: negative fence %d", key, e.Fence)
 	}
@@ -172,18 +228,21 @@ func (r *Redis[V]) Set(ctx context.Context, key string, e Entry[V]) (stored bool
 		fence:        e.Fence,
 	}
 	if !e.NotFound {
-		if env.payload, err = r.codec.Marshal(e.Value); err != nil {
-			return false, fmt.Errorf("cache: set %q: encode value: %w", key, err)
+		if env.payload, err = r.marshal(e.Value); err != nil {
+			return false, fmt.Errorf("cache: set %q: %w", key, err)
 		}
 	}
 	ms := (ttl + time.Millisecond - 1) / time.Millisecond // round up: never 0
 	n, err := setScript.Run(ctx, r.client,
-		[]string{r.keys.Value(key), r.keys.Fence(key)},
+		[]string{r.keys.Value(key), r.keys.Lock(key)},
 		strconv.FormatInt(e.Fence, 10), encodeEnvelope(env), int64(ms),
-		rkey.FieldFence, rkey.FieldData,
+		rkey.FieldFence, rkey.FieldData, token,
 	).Int()
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("cache: set %q: %w", key, err)
+	case n < 0:
+		return false, fmt.Errorf("cache: set %q: %w", key, ErrLockLost)
 	}
 	return n == 1, nil
 }

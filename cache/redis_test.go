@@ -184,9 +184,9 @@ func TestRedis_Set_fencing(t *testing.T) {
 		{"lower fence refused", 5, []write{{5, true}, {4, false}}},
 		{"equal fence accepted", 5, []write{{5, true}, {5, true}}},
 		{"higher fence accepted", 6, []write{{5, true}, {6, true}}},
-		{"unlocked write after locked write accepted", 5, []write{{5, true}, {0, true}}},
-		{"unlocked write ranks as the latest grant", 7, []write{{0, true}, {6, false}, {7, true}}},
-		{"unlocked write never ranks below the stored fence", 0, []write{{3, true}, {0, true}, {2, false}, {3, true}}},
+		{"unlocked write never replaces a locked one", 5, []write{{5, true}, {0, false}}},
+		{"locked write replaces an unlocked one", 7, []write{{0, true}, {6, true}, {0, false}}},
+		{"the counter does not rank writes", 9, []write{{3, true}, {2, false}, {3, true}}},
 		{"unlocked writes without any grant", 0, []write{{0, true}, {0, true}, {1, true}}},
 	}
 	r := newStore[string](t, RedisOptions{})
@@ -308,7 +308,7 @@ func TestRedis_prefixAndNamespaceSeparateKeys(t *testing.T) {
 			t.Fatalf("Get() in another key space = %v, %v; want miss", f, err)
 		}
 	}
-	if n, err := rdb.Exists(ctx, "hg:{"+t.Name()+"-a:k}:v").Result(); err != nil || n != 1 {
+	if n, err := rdb.Exists(ctx, fmt.Sprintf("hg:{%d:%s-a:k}:v", len(t.Name())+2, t.Name())).Result(); err != nil || n != 1 {
 		t.Fatalf("value key under the default prefix: exists = %d, %v", n, err)
 	}
 }
@@ -366,12 +366,12 @@ func TestRedis_cluster(t *testing.T) {
 		for _, w := range []struct {
 			fence int64
 			want  bool
-		}{{5, true}, {4, false}, {0, true}} {
+		}{{5, true}, {4, false}, {0, false}, {6, true}} {
 			if stored, err := r.Set(ctx, key, entry(fmt.Sprint(w.fence), w.fence)); err != nil || stored != w.want {
 				t.Fatalf("%s: Set(fence %d) = %v, %v; want %v", key, w.fence, stored, err, w.want)
 			}
 		}
-		if got, f, err := r.Get(ctx, key); err != nil || f != Fresh || got.Value != "0" {
+		if got, f, err := r.Get(ctx, key); err != nil || f != Fresh || got.Value != "6" {
 			t.Fatalf("%s: Get() = %q, %v, %v", key, got.Value, f, err)
 		}
 		m, err := cc.MasterForKey(ctx, r.keys.Value(key))
@@ -382,5 +382,65 @@ func TestRedis_cluster(t *testing.T) {
 	}
 	if len(masters) < 2 {
 		t.Fatalf("12 keys landed on %d master(s); the test does not exercise slots", len(masters))
+	}
+}
+
+func TestRedis_SetHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
+	r := newStore[string](t, RedisOptions{})
+	ctx := testCtx(t)
+	lockKey := r.keys.Lock("k")
+	// The lock hash as package lock writes it: t holds the token.
+	if err := rdb.HSet(ctx, lockKey, "t", "tok-a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if stored, err := r.SetHeld(ctx, "k", entry("a", 7), "tok-a"); err != nil || !stored {
+		t.Fatalf("SetHeld() by the holder = %v, %v; want true, nil", stored, err)
+	}
+	for _, lose := range []struct {
+		name string
+		do   func() error
+	}{
+		{"taken over", func() error { return rdb.HSet(ctx, lockKey, "t", "tok-b").Err() }},
+		{"lost with the key", func() error { return rdb.Del(ctx, lockKey).Err() }},
+		{"foreign type", func() error { return rdb.RPush(ctx, lockKey, "x").Err() }},
+	} {
+		if err := lose.do(); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := r.SetHeld(ctx, "k", entry("late "+lose.name, 9), "tok-a")
+		if stored || !errors.Is(err, ErrLockLost) {
+			t.Fatalf("%s: SetHeld() = %v, %v; want false, ErrLockLost", lose.name, stored, err)
+		}
+		_ = rdb.Del(ctx, lockKey)
+	}
+	if got, _, err := r.Get(ctx, "k"); err != nil || got.Value != "a" {
+		t.Fatalf("Get() = %q, %v; want the holder's value", got.Value, err)
+	}
+}
+
+// panicky panics in both directions, as a broken MarshalJSON or
+// UnmarshalJSON would.
+type panicky struct{}
+
+func (panicky) Marshal(any) ([]byte, error) { panic("marshal boom") }
+func (panicky) Unmarshal([]byte, any) error { panic("unmarshal boom") }
+
+func TestRedis_codecPanics_areCodecErrors(t *testing.T) {
+	ctx := testCtx(t)
+	r := newStore[string](t, RedisOptions{Codec: panicky{}})
+	if _, err := r.Set(ctx, "k", entry("v", 0)); !errors.Is(err, ErrCodec) {
+		t.Fatalf("Set() with a panicking codec = %v, want ErrCodec", err)
+	}
+	good := newStore[string](t, RedisOptions{})
+	if _, err := good.Set(ctx, "k", entry("v", 0)); err != nil {
+		t.Fatal(err)
+	}
+	var corrupt []error
+	r.onCorrupt = func(_ string, err error) { corrupt = append(corrupt, err) }
+	if _, f, err := r.Get(ctx, "k"); err != nil || f != Miss {
+		t.Fatalf("Get() with a panicking codec = %v, %v; want a miss", f, err)
+	}
+	if len(corrupt) != 1 || !errors.Is(corrupt[0], ErrCodec) {
+		t.Fatalf("OnCorrupt got %v, want one ErrCodec", corrupt)
 	}
 }

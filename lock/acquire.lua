@@ -1,46 +1,79 @@
--- acquire.lua takes a lock for a token and hands out the grant's fencing
--- number, in one round trip.
+-- acquire.lua takes a lock for a token, or takes it over from a holder
+-- that stopped beating, and hands out the grant's fencing number, in one
+-- round trip.
 --
--- KEYS[1]  lock key (holds the token)
+-- The lock is a hash: t = the holder's token, f = its fence, h = its last
+-- heartbeat (Redis server time, milliseconds), s = how long after its last
+-- heartbeat the holder counts as dead (milliseconds, declared by the holder,
+-- so processes with different settings agree on it). The key's expiry is
+-- the lease.
+--
+-- KEYS[1]  lock key
 -- KEYS[2]  fence counter of the same cache key
 -- KEYS[3]  value key of the same cache key (a hash written by package cache)
 -- ARGV[1]  token
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long the fence counter must live from now, in milliseconds
 -- ARGV[4]  name of the value hash's fence field
+-- ARGV[5]  dead-after in milliseconds: this holder's promise to beat more
+--          often than that
 --
--- Returns the fence (> 0) when the lock is granted, 0 when another token
--- holds it.
+-- Returns {fence, how}: how is 1 for a free lock, 2 for a take-over from a
+-- dead holder, 3 for a lock key that held foreign data; or {0, age} when a
+-- live holder has it, age being the milliseconds since its last heartbeat.
+--
+-- Fences are the larger of the Redis server clock in microseconds and one
+-- more than every fence this key has seen (the counter and the stored
+-- value's fence), so they never go backwards when Redis loses the counter
+-- (a restart without persistence, FLUSHALL, eviction, a failover to a
+-- replica that missed it). Numbers that are not whole, not positive or
+-- not below 2^53 (where Lua's doubles stop being exact) are foreign and
+-- ignored. Every command that can fail runs before the first write, so an
+-- error never leaves a lock behind (Redis does not roll scripts back).
 
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  -- The client retried an acquire whose reply it lost: the grant is ours,
-  -- and nobody can have moved the counter since.
-  local granted = tonumber(redis.call('GET', KEYS[2]))
-  if granted then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return granted
+local MAX = 9007199254740991
+local function fence_of(v)
+  local n = tonumber(v)
+  if n and n > 0 and n <= MAX and n == math.floor(n) then
+    return n
   end
-  -- The counter is gone (deleted by hand): grant afresh below.
-elseif holder then
   return 0
 end
 
--- Everything that can fail runs before the SET, so that an error never
--- leaves a lock behind (Redis does not roll scripts back).
-local fence = redis.call('INCR', KEYS[2])
-if redis.call('TYPE', KEYS[3])['ok'] == 'hash' then
-  -- The counter may have expired while the value lived on: stay above the
-  -- value's fence, so this grant's writes are not refused as stale.
-  local stored = tonumber(redis.call('HGET', KEYS[3], ARGV[4]))
-  if stored and fence <= stored then
-    fence = stored + 1
-    redis.call('SET', KEYS[2], fence)
+local clock = redis.call('TIME')
+local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local now_ms = math.floor(now_us / 1000)
+
+local how = 1
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'hash' then
+  local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'h', 's')
+  local beat, dead_after = tonumber(cur[3]), tonumber(cur[4])
+  if cur[1] == ARGV[1] and fence_of(cur[2]) > 0 then
+    -- The client retried an acquire whose reply it lost: the grant is ours.
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {fence_of(cur[2]), 1}
+  elseif cur[1] and beat and dead_after then
+    local age = now_ms - beat
+    if age <= dead_after then
+      return {0, math.max(age, 0)}
+    end
+    how = 2
+  else
+    how = 3
   end
-end
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+elseif kind ~= 'none' then
+  how = 3
 end
 
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return fence
+local fence = math.max(now_us, fence_of(redis.pcall('GET', KEYS[2])) + 1,
+  fence_of(redis.pcall('HGET', KEYS[3], ARGV[4])) + 1)
+local f = string.format('%d', fence)
+
+redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+if how ~= 1 then
+  redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], 't', ARGV[1], 'f', f, 'h', string.format('%d', now_ms), 's', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {fence, how}

@@ -58,7 +58,10 @@ type Lease struct {
 	token string
 	fence int64
 	ttl   time.Duration
+	every time.Duration // the watchdog's period
 	h     holder
+	// tookOver is set by the locker before the lease is handed out.
+	tookOver bool
 
 	mu       sync.Mutex // guards stop and released
 	stop     chan struct{}
@@ -66,9 +69,16 @@ type Lease struct {
 	released bool
 }
 
-func newLease(h holder, key, token string, fence int64, ttl time.Duration) *Lease {
-	return &Lease{key: key, token: token, fence: fence, ttl: ttl, h: h}
+func newLease(h holder, key, token string, fence int64, ttl, every time.Duration) *Lease {
+	if every <= 0 {
+		every = time.Millisecond
+	}
+	return &Lease{key: key, token: token, fence: fence, ttl: ttl, every: every, h: h}
 }
+
+// TookOver reports whether the grant replaced a holder that had stopped
+// beating (or a lock key holding foreign data) rather than a free lock.
+func (l *Lease) TookOver() bool { return l.tookOver }
 
 // Key returns the locked key.
 func (l *Lease) Key() string { return l.key }
@@ -107,9 +117,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.h.release(ctx, l.key, l.token)
 }
 
-// KeepAlive starts a watchdog that extends the lease every third of its
-// duration until Release is called or ctx ends, so a slow holder does not
-// lose the lock. onLost, if not nil, is called once (from the watchdog
+// KeepAlive starts a watchdog that extends the lease, and beats, every
+// heartbeat period of the locker that granted it (for [Memory], every
+// third of the lease) until Release is called or ctx ends, so a slow
+// holder does not lose the lock and waiters see that it lives. onLost, if not nil, is called once (from the watchdog
 // goroutine) when an extension finds the lease lost; backend errors are
 // retried at the next tick. Calling KeepAlive twice has no further effect.
 func (l *Lease) KeepAlive(ctx context.Context, onLost func(error)) {
@@ -123,10 +134,7 @@ func (l *Lease) KeepAlive(ctx context.Context, onLost func(error)) {
 	stop, done := l.stop, l.done
 	l.mu.Unlock()
 
-	every := l.ttl / 3
-	if every <= 0 {
-		every = time.Millisecond
-	}
+	every := l.every
 	// The goroutine ends when Release closes stop, or when ctx ends, or when
 	// the lease is found lost.
 	go func() {

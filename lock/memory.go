@@ -45,7 +45,7 @@ func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration
 	tok := newToken()
 	m.fences[key]++
 	m.locks[key] = memLock{token: tok, expires: now.Add(lease)}
-	return newLease(m, key, tok, m.fences[key], lease), nil
+	return newLease(m, key, tok, m.fences[key], lease, lease/3), nil
 }
 
 // Inspect implements [Locker].

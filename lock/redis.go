@@ -16,6 +16,10 @@ import (
 // grant or extension of its lock when RedisOptions.FenceRetention is 0.
 const DefaultFenceRetention = 24 * time.Hour
 
+// DefaultHeartbeat is how often a holder's watchdog beats when
+// RedisOptions.Heartbeat is 0.
+const DefaultHeartbeat = time.Second
+
 // cleanupTimeout bounds the token-checked delete that follows an acquire
 // whose outcome is unknown: ample for a healthy Redis, and the most a hung
 // one can add to a caller who has already given up.
@@ -47,6 +51,21 @@ type RedisOptions struct {
 	// expires. Ignored by [RedisNotifier].
 	// default: 24 hours ([DefaultFenceRetention])
 	FenceRetention time.Duration
+	// Heartbeat is how often a holder's watchdog ([Lease.KeepAlive])
+	// extends its lease and records a beat in Redis. Each grant declares
+	// twice this period in Redis as the time after its last beat when it
+	// counts as dead; a TryAcquire that finds the beat older than that
+	// takes the lock over with a new grant. Processes with different
+	// settings agree, since each holder declares its own. Ignored by
+	// [RedisNotifier].
+	// default: 1 second ([DefaultHeartbeat])
+	Heartbeat time.Duration
+	// Announce makes [Lease.Release] also publish the key on the
+	// namespace's channel, in the same round trip, so that the waiters of
+	// a [RedisNotifier] of the same namespace wake. Ignored by
+	// [RedisNotifier].
+	// default: false
+	Announce bool
 }
 
 var (
@@ -63,9 +82,17 @@ var (
 )
 
 // Redis is a [Locker] whose locks live in Redis, so that processes sharing
-// the Redis coordinate. A lock is a key holding the holder's random token,
-// with the lease as its expiry; each grant increments a fence counter kept
-// next to it (same Redis Cluster hash slot).
+// the Redis coordinate. A lock is a hash holding the holder's random token,
+// its fence and its last heartbeat, with the lease as its expiry; a fence
+// counter lives next to it (same Redis Cluster hash slot).
+//
+// A holder that stops beating (crashed, cut off from Redis) is taken over
+// by exactly one TryAcquire, about two heartbeats after its last beat,
+// rather than at the end of its lease. Fences come from the Redis server's
+// clock as well as the counter, so they keep growing when Redis loses the
+// counter (a restart without persistence, FLUSHALL, eviction, a failover
+// to a replica that had not received it), as long as the Redis hosts'
+// clocks do not step back by more than the outage.
 //
 // Scripts run with EVALSHA, falling back to EVAL once when Redis does not
 // know them (after a restart), so each operation is one round trip in the
@@ -74,6 +101,8 @@ type Redis struct {
 	client    RedisClient
 	keys      rkey.Space
 	retention time.Duration
+	heartbeat time.Duration
+	channel   string // announcement channel on release; empty for none
 }
 
 var (
@@ -91,16 +120,31 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
-	ret := o.FenceRetention
-	if ret <= 0 {
-		ret = DefaultFenceRetention
+	if o.FenceRetention < 0 || o.Heartbeat < 0 {
+		return nil, errors.New("lock: FenceRetention and Heartbeat must not be negative")
 	}
-	return &Redis{client: client, keys: keys, retention: ret}, nil
+	r := &Redis{client: client, keys: keys, retention: o.FenceRetention, heartbeat: o.Heartbeat}
+	if r.retention == 0 {
+		r.retention = DefaultFenceRetention
+	}
+	if r.heartbeat == 0 {
+		r.heartbeat = DefaultHeartbeat
+	}
+	if o.Announce {
+		r.channel = keys.Channel()
+	}
+	return r, nil
 }
 
 // TryAcquire implements [Locker] in one round trip. It returns
-// [ErrNotAcquired] when another holder has key, a [*BackendError] when
-// Redis fails, and an error matching ctx's when ctx ends first.
+// [ErrNotAcquired] when a live holder has key, a [*BackendError] when
+// Redis fails, and an error matching ctx's when ctx ends first. A holder
+// whose last beat is older than it declared is dead: TryAcquire takes the
+// lock over ([Lease.TookOver] reports it). So does a lock key holding
+// data this package did not write.
+//
+// The lease's watchdog beats every [RedisOptions.Heartbeat], or every
+// third of the lease if that is shorter.
 //
 // When the outcome is unknown (ctx ended or the connection broke while the
 // script was in flight), TryAcquire deletes the lock by its token before it
@@ -115,13 +159,19 @@ func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration)
 		return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
 	}
 	tok := newToken()
-	fence, err := acquireScript.Run(ctx, r.client,
+	beat := min(r.heartbeat, lease/3)
+	reply, err := acquireScript.Run(ctx, r.client,
 		[]string{r.keys.Lock(key), r.keys.Fence(key), r.keys.Value(key)},
-		tok, millis(lease), millis(lease+r.retention), rkey.FieldFence,
-	).Int64()
+		tok, millis(lease), millis(lease+r.retention), rkey.FieldFence, millis(2*beat),
+	).Int64Slice()
+	if err == nil && len(reply) != 2 {
+		err = fmt.Errorf("acquire script returned %d values, want 2", len(reply))
+	}
 	switch {
-	case err == nil && fence > 0:
-		return newLease(r, key, tok, fence, lease), nil
+	case err == nil && reply[0] > 0:
+		l := newLease(r, key, tok, reply[0], lease, beat)
+		l.tookOver = reply[1] != 1
+		return l, nil
 	case err == nil:
 		return nil, ErrNotAcquired
 	}
@@ -138,7 +188,7 @@ func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration)
 func (r *Redis) cleanup(ctx context.Context, key, tok string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_ = releaseScript.Run(cctx, r.client, []string{r.keys.Lock(key)}, tok).Err()
+	_ = releaseScript.Run(cctx, r.client, []string{r.keys.Lock(key)}, tok, "", "").Err()
 }
 
 // Inspect implements [Locker]. A lock without an expiry (set by hand)
@@ -158,7 +208,7 @@ func (r *Redis) Inspect(ctx context.Context, key string) (held bool, remaining t
 }
 
 func (r *Redis) release(ctx context.Context, key, token string) error {
-	n, err := releaseScript.Run(ctx, r.client, []string{r.keys.Lock(key)}, token).Int64()
+	n, err := releaseScript.Run(ctx, r.client, []string{r.keys.Lock(key)}, token, r.channel, key).Int64()
 	if err != nil {
 		return failure(ctx, "release", key, err)
 	}

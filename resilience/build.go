@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -71,7 +72,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	}
 	if c.lockOn {
 		l := c.lock
-		if l.Lease < 0 || l.Wait < 0 || l.MaxWait < 0 || l.Poll < 0 {
+		if l.Lease < 0 || l.Wait < 0 || l.MaxWait < 0 || l.Poll < 0 || l.Heartbeat < 0 {
 			bad("Lock", "durations must not be negative")
 		}
 		l = lockDefaults(l)
@@ -132,7 +133,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 			return nil, &ConfigError{Pipeline: c.name, Field: "Breaker", Problem: err.Error()}
 		}
 	}
-	p.fb = fallback.Chain[V]{Default: c.defaultFn, Handles: p.fallbackHandles}
+	p.fb = fallback.Chain[V]{Default: safeDefault(c.defaultFn), Handles: p.fallbackHandles}
 	if c.cacheOn {
 		p.l1 = cache.NewMemory[V](cache.MemoryOptions{MaxEntries: c.maxEntries})
 	}
@@ -149,10 +150,6 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		if p.locker == nil { // embedded default
 			p.locker = new(lock.Memory)
 			p.notifier = new(lock.MemoryNotifier)
-		}
-		p.shared = p.l2
-		if p.shared == nil {
-			p.shared = memStore[V]{p.l1}
 		}
 	}
 	p.keyStages = p.l1 != nil || p.group != nil || p.locker != nil
@@ -172,5 +169,21 @@ func lockDefaults(l LockSettings) LockSettings {
 	if l.Poll == 0 {
 		l.Poll = 200 * time.Millisecond
 	}
+	if l.Heartbeat == 0 {
+		l.Heartbeat = DefaultLockHeartbeat
+	}
+	l.Heartbeat = min(l.Heartbeat, l.Lease/3)
 	return l
+}
+
+// safeDefault wraps the user's Default so that a panic there becomes a
+// [*PanicError] for the caller, not a crash.
+func safeDefault[V any](fn func(context.Context, string, error) (V, error)) func(context.Context, string, error) (V, error) {
+	if fn == nil {
+		return nil
+	}
+	return func(ctx context.Context, key string, cause error) (v V, err error) {
+		defer recoverPanic("default", &err)
+		return fn(ctx, key, cause)
+	}
 }

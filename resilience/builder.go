@@ -34,12 +34,19 @@ const (
 	// before it considers loading on its own.
 	DefaultLockWait = 5 * time.Second
 	// DefaultLockMaxWait caps the wait while the holder is still alive
-	// (extending its lease).
+	// (beating).
 	DefaultLockMaxWait = 30 * time.Second
+	// DefaultLockHeartbeat is how often a holder beats (extends its lease
+	// and records that it lives); a holder silent for two beats is taken
+	// over by one waiter.
+	DefaultLockHeartbeat = time.Second
 	// DefaultRedisTimeout bounds each Redis operation.
 	DefaultRedisTimeout = 200 * time.Millisecond
 	// DefaultRedisOpenTimeout is how long the Redis breaker stays open.
 	DefaultRedisOpenTimeout = 5 * time.Second
+	// DefaultRedisFailureRatio opens the Redis breaker when half the
+	// operations of the last 10 seconds failed, from 20 operations on.
+	DefaultRedisFailureRatio = 0.5
 	// DefaultPrefix prefixes every Redis key.
 	DefaultPrefix = "hg:"
 )
@@ -49,13 +56,24 @@ type LockSettings struct {
 	// Lease is how long a holder owns the lock.
 	// default: 30 seconds (DefaultLockLease)
 	Lease time.Duration
-	// Wait is how long a waiter waits for the value before it loads on
-	// its own, unless the holder is still alive.
+	// Wait is how long a waiter waits for the value before it considers
+	// loading on its own. It does so only when it cannot see the holder
+	// live: a holder that beats is waited for up to MaxWait, and a holder
+	// that stopped beating is taken over (by one waiter, under a new
+	// grant) whatever Wait says.
 	// default: 5 seconds (DefaultLockWait)
 	Wait time.Duration
-	// MaxWait caps the wait while the holder is alive.
+	// MaxWait caps the wait while the holder is alive; past it, a waiter
+	// loads without the lock.
 	// default: 30 seconds (DefaultLockMaxWait)
 	MaxWait time.Duration
+	// Heartbeat is how often the holder's watchdog extends its lease and
+	// records in Redis that it lives. Each holder declares its own beat,
+	// so pods with different settings agree: a holder whose last beat is
+	// older than two of its beats is dead, and one waiter takes the lock
+	// over. It is capped at a third of Lease.
+	// default: 1 second (DefaultLockHeartbeat)
+	Heartbeat time.Duration
 	// Poll is the first interval of the waiters' safety-net poll; waiters
 	// are woken by the holder's announcement, the poll only covers a lost
 	// one. It grows by half each time, with jitter, up to 1 second.
@@ -71,16 +89,28 @@ type RedisOptions struct {
 	// Codec encodes values.
 	// default: cache.JSON
 	Codec cache.Codec
-	// OpTimeout bounds each Redis operation, so a slow Redis cannot hold
-	// callers hostage.
+	// OpTimeout bounds each Redis operation once it has a connection, so a
+	// slow Redis cannot hold callers hostage; time queued behind other
+	// operations of this pipeline does not count. On a hung server it
+	// holds when the client has ContextTimeoutEnabled set; otherwise the
+	// client's ReadTimeout (3 seconds by default) ends the read.
 	// default: 200 milliseconds
 	OpTimeout time.Duration
-	// Breaker configures the breaker around Redis operations. It is
-	// shared by every pipeline built on the same client: the first
-	// pipeline built on a client sets it.
-	// default: opens after 5 consecutive failures, stays open 5 seconds,
-	// one probe.
+	// Breaker configures the pipeline's own breaker around Redis
+	// operations. Only infrastructure failures count against it (no
+	// reply, a broken connection, a server not ready); a per-key problem
+	// (foreign data, a value the codec refuses) never does. Release and
+	// extension of a held lock never go through it. Ignored when
+	// SharedBreaker is set.
+	// default: opens when half the operations of the last 10 seconds
+	// failed (at least 20 of them), stays open 5 seconds, one probe.
 	Breaker breaker.Settings
+	// SharedBreaker, if not nil, is used instead of a breaker of the
+	// pipeline's own, so that pipelines on one Redis learn together that
+	// it is down. Every pipeline that uses it hears its transitions
+	// (OnBreakerChange, metrics) until it is closed.
+	// default: nil (a breaker per pipeline, from Breaker)
+	SharedBreaker *breaker.Breaker
 }
 
 // Builder assembles a [Pipeline]. Its methods record settings and return
@@ -300,7 +330,7 @@ func (b *Builder[V]) Lock(s LockSettings) *Builder[V] {
 // [Builder.Lock], makes the lock a Redis lock shared by every process on
 // the same Redis. client may be a single node, Sentinel or Cluster client.
 func (b *Builder[V]) Redis(client redis.UniversalClient) *Builder[V] {
-	if client == nil {
+	if isNilClient(client) {
 		return b.fail("Redis", "client is nil")
 	}
 	b.c.redis = client

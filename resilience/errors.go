@@ -1,10 +1,15 @@
 package resilience
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/lock"
 )
 
 var (
@@ -39,14 +44,30 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("resilience: pipeline %q: %s: %s", e.Pipeline, e.Field, e.Problem)
 }
 
-// PanicError is the error every waiter gets when the loader panics. The
-// process does not crash.
+// PanicError is the error every waiter gets when user code run by the
+// pipeline panics: the loader, a fallback's Default, an IsFailure or
+// Retryable hook. The process does not crash.
 type PanicError struct {
-	Value any    // what the loader panicked with
-	Stack []byte // the loader goroutine's stack at the panic
+	Stage string // what panicked: "loader", "default", "is_failure", "retryable"
+	Value any    // what it panicked with
+	Stack []byte // the panicking goroutine's stack
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("resilience: loader panicked: %v", e.Value) }
+func (e *PanicError) Error() string {
+	stage := e.Stage
+	if stage == "" {
+		stage = "loader"
+	}
+	return fmt.Sprintf("resilience: %s panicked: %v", stage, e.Value)
+}
+
+// recoverPanic, deferred, turns a panic of the named stage into a
+// [*PanicError] in *err.
+func recoverPanic(stage string, err *error) {
+	if v := recover(); v != nil {
+		*err = &PanicError{Stage: stage, Value: v, Stack: debug.Stack()}
+	}
+}
 
 // Unwrap returns the panic value if it is an error.
 func (e *PanicError) Unwrap() error {
@@ -68,3 +89,60 @@ func (e *timeoutError) Error() string {
 }
 
 func (e *timeoutError) Unwrap() []error { return []error{ErrTimeout, e.cause} }
+
+// errClass is what an error means to the pipeline; [classify] decides it,
+// in one place, for every error a stage meets.
+type errClass uint8
+
+const (
+	// errNone: no error, or an answer rather than a failure (another
+	// holder has the lock, a write refused by a newer fence, a lease found
+	// lost).
+	errNone errClass = iota
+	// errCanceled: the caller's (or the shared load's) own context ended.
+	// Counts nowhere.
+	errCanceled
+	// errData: a problem with one key's data: bytes or types that this
+	// package did not write, a value the codec cannot encode, an error
+	// reply about one key. The key is treated as a miss and counted; the
+	// Redis breaker never hears of it, so one bad key cannot make every
+	// other key fail open.
+	errData
+	// errInfra: Redis or the path to it failed (connection refused or
+	// broken, no reply in time, a server not ready to serve). Counts
+	// against the Redis breaker; the call fails open.
+	errInfra
+	// errRefused: the Redis breaker is open; the operation did not run.
+	errRefused
+)
+
+// infraReplies are the Redis error replies that say the server, not the
+// key, is in trouble.
+var infraReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY",
+	"NOAUTH", "NOPERM", "WRONGPASS", "OOM", "MISCONF", "NOREPLICAS", "UNBLOCKED", "ERR max number of clients"}
+
+// classify decides what err from a Redis operation run under ctx means.
+// Loader errors are not classified here: they go to the loader's breaker
+// and the fallback chain (see [Builder.IsFailure]).
+func classify(ctx context.Context, err error) errClass {
+	var re redis.Error
+	switch {
+	case err == nil, errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrNotHeld),
+		errors.Is(err, cache.ErrExpiredEntry), errors.Is(err, cache.ErrLockLost):
+		return errNone
+	case isBreakerRefusal(err):
+		return errRefused
+	case ctx.Err() != nil:
+		return errCanceled
+	case errors.Is(err, cache.ErrCodec):
+		return errData
+	case errors.As(err, &re) && !errors.Is(err, redis.ErrClosed):
+		for _, prefix := range infraReplies {
+			if redis.HasErrorPrefix(re, prefix) {
+				return errInfra
+			}
+		}
+		return errData
+	}
+	return errInfra
+}

@@ -3,7 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
-	"runtime/debug"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -18,22 +18,46 @@ type outcome[V any] struct {
 	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
 	hasStale bool
 	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
-	// force makes a refresh skip fresh copies and call the loader.
-	force bool
+	// refresh is set for a background refresh: a fresh entry serves it
+	// only if written after after, the write time of the entry that
+	// triggered it (a refresh by another process, say).
+	refresh bool
+	after   time.Time
+}
+
+// accepts reports whether e, found with freshness f, answers the load o
+// is for.
+func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
+	return f == cache.Fresh && (!o.refresh || e.Written.After(o.after))
+}
+
+// failOpen marks the outcome as having gone on without Redis because of
+// err.
+func (o *outcome[V]) failOpen(err error) {
+	o.res.FailedOpen = true
+	if o.res.FailOpenCause == nil {
+		o.res.FailOpenCause = err
+	}
 }
 
 // miss handles a call the in-process cache could not answer: one shared
 // load per key, then the fallback chain for whoever it failed.
 func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], stale cache.Entry[V], hasStale bool) (Result[V], error) {
+	// Close waits for calls that got this far.
+	if !p.bg.add() {
+		return Result[V]{}, ErrClosed
+	}
+	defer p.bg.done()
 	if hasStale && p.swr {
 		// Serve the stale copy now; one refresh runs in the background.
-		p.refreshAsync(ctx, key, load)
+		p.refreshAsync(ctx, key, load, stale.Written)
 		return Result[V]{Value: stale.Value, Source: SourceStale}, nil
 	}
 	var o *outcome[V]
 	var err error
 	if p.group == nil {
-		o, err = p.fetchInto(ctx, key, load, &outcome[V]{})
+		o = &outcome[V]{}
+		err = p.fetchInto(ctx, key, load, o)
 	} else {
 		o, err = p.joinFlight(ctx, key, load)
 		if o == nil { // the caller left: its own context ended
@@ -44,7 +68,7 @@ func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], st
 		return o.res, err
 	}
 	if ctx.Err() != nil {
-		return Result[V]{FailedOpen: o.res.FailedOpen}, err
+		return Result[V]{FailedOpen: o.res.FailedOpen, FailOpenCause: o.res.FailOpenCause}, err
 	}
 	if !hasStale && o.hasStale {
 		stale, hasStale = o.stale, true
@@ -52,7 +76,9 @@ func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], st
 	if stale.NotFound {
 		hasStale = false
 	}
-	return p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen)
+	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen)
+	r.FailOpenCause = o.res.FailOpenCause
+	return r, err
 }
 
 // joinFlight runs load under the key's single-flight, or joins the one
@@ -78,7 +104,8 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		// not its cancellation, and gets a deadline of its own.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), p.flightTimeout)
 		defer cancel()
-		return p.fetchSafe(fctx, key, load)
+		o := &outcome[V]{}
+		return o, p.fetchInto(fctx, key, load, o)
 	})
 	select {
 	case <-ctx.Done():
@@ -88,10 +115,7 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		}
 		return nil, ctx.Err()
 	case r := <-ch:
-		o, _ := r.Val.(*outcome[V])
-		if o == nil { // fetchSafe always returns an outcome; be defensive
-			o = &outcome[V]{}
-		}
+		o := r.Val.(*outcome[V]) // fetchInto's outcome, even after a panic
 		if !led {
 			c := *o // each joiner gets its own copy to relabel
 			if c.res.Source == SourceLoader || c.res.Source == SourceWaited || c.res.Source == SourceL2 {
@@ -109,24 +133,17 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 	}
 }
 
-// fetchSafe is fetch that turns a panic into a [*PanicError]: singleflight's
-// DoChan would otherwise re-panic on a fresh goroutine and crash the
-// process.
-func (p *Pipeline[V]) fetchSafe(ctx context.Context, key string, load LoadFunc[V]) (*outcome[V], error) {
-	return p.fetchInto(ctx, key, load, &outcome[V]{})
+// fetchInto is the shared part of a miss, into o: L2, then the lock, then
+// the loader. A panic of user code that escaped its own stage's recovery
+// becomes a [*PanicError]: singleflight's DoChan would otherwise re-panic
+// on a fresh goroutine and crash the process.
+func (p *Pipeline[V]) fetchInto(ctx context.Context, key string, load LoadFunc[V], o *outcome[V]) (err error) {
+	defer recoverPanic("pipeline", &err)
+	_, err = p.fetch(ctx, key, load, o)
+	return err
 }
 
-// fetchInto is fetch into o, with panics turned into errors.
-func (p *Pipeline[V]) fetchInto(ctx context.Context, key string, load LoadFunc[V], o *outcome[V]) (_ *outcome[V], err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return p.fetch(ctx, key, load, o)
-}
-
-// fetch is the shared part of a miss: L2, then the lock, then the loader.
+// fetch is fetchInto without the recovery.
 func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o *outcome[V]) (*outcome[V], error) {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		o.leadSpan = sc
@@ -144,16 +161,16 @@ func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o
 		e, f, err := p.l2Get(ctx, key)
 		switch {
 		case err != nil:
-			o.res.FailedOpen = true
-		case f == cache.Fresh && !o.force:
+			o.failOpen(err)
+		case o.accepts(&e, f):
 			p.fillL1(key, e)
 			o.res, err = fromEntry(&e, SourceL2)
 			return o, err
 		case f == cache.Stale:
 			o.stale, o.hasStale = e, true
-			if p.swr && !e.NotFound {
+			if p.swr && !e.NotFound && !o.refresh {
 				p.fillL1(key, e)
-				p.refreshAsync(ctx, key, load)
+				p.refreshAsync(ctx, key, load, e.Written)
 				o.res = Result[V]{Value: e.Value, Source: SourceStale}
 				return o, nil
 			}
@@ -162,7 +179,7 @@ func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o
 	if p.locker != nil && !o.res.FailedOpen {
 		return p.lockedLoad(ctx, key, load, o, woken)
 	}
-	return o, p.loadAndStore(ctx, key, load, 0, o)
+	return o, p.loadAndStore(ctx, key, load, nil, o)
 }
 
 // fallBack runs the fallback chain for a call whose load failed with cause.
@@ -194,7 +211,7 @@ func (p *Pipeline[V]) fallbackHandles(err error) bool {
 	if p.isFailure != nil && !isBreakerRefusal(err) && !errors.Is(err, ErrTimeout) {
 		var pe *PanicError
 		if !errors.As(err, &pe) {
-			return p.isFailure(err)
+			return p.userIsFailure(err)
 		}
 	}
 	return true

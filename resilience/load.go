@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -15,8 +14,9 @@ import (
 )
 
 // loadAndStore calls the loader and stores what it returns (a value, or a
-// not-found when negative caching is on) in L2 and L1, under fence.
-func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFunc[V], fence int64, o *outcome[V]) error {
+// not-found when negative caching is on) in L2 and L1, under g's lease
+// (nil: unlocked).
+func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFunc[V], g *grant, o *outcome[V]) error {
 	v, took, err := p.callLoader(ctx, key, load)
 	notFound := errors.Is(err, ErrNotFound)
 	if err != nil && !(notFound && p.negTTL > 0) {
@@ -25,8 +25,12 @@ func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFun
 		}
 		return err
 	}
+	var fence int64
+	if g != nil {
+		fence = g.lease.Fence()
+	}
 	e := p.newEntry(v, notFound, took, fence)
-	p.store(ctx, key, e, o)
+	p.store(ctx, key, e, g, o)
 	o.res.Source = SourceLoader
 	if notFound {
 		o.res.NotFound = true
@@ -154,12 +158,19 @@ func (p *Pipeline[V]) runTimed(ctx context.Context, key string, load LoadFunc[V]
 
 // safeLoad calls load and turns a panic into a [*PanicError].
 func safeLoad[V any](ctx context.Context, key string, load LoadFunc[V]) (v V, err error) {
+	defer recoverPanic("loader", &err)
+	return load(ctx, key)
+}
+
+// userIsFailure runs the user's IsFailure hook; a panic there counts the
+// error as a failure.
+func (p *Pipeline[V]) userIsFailure(err error) (failure bool) {
 	defer func() {
-		if r := recover(); r != nil {
-			err = &PanicError{Value: r, Stack: debug.Stack()}
+		if recover() != nil {
+			failure = true
 		}
 	}()
-	return load(ctx, key)
+	return p.isFailure(err)
 }
 
 // countsAsFailure is the loader breaker's default failure test: the
@@ -173,7 +184,7 @@ func (p *Pipeline[V]) countsAsFailure(err error) bool {
 		if errors.As(err, &pe) || errors.Is(err, ErrTimeout) {
 			return true
 		}
-		return p.isFailure(err)
+		return p.userIsFailure(err)
 	}
 	return true
 }
@@ -186,14 +197,20 @@ func isBreakerRefusal(err error) bool {
 // user's callbacks, then a metric. Breakers call it outside their locks.
 func (p *Pipeline[V]) breakerObserver(own, all func(string, breaker.State, breaker.State)) func(string, breaker.State, breaker.State) {
 	return func(name string, from, to breaker.State) {
-		if own != nil {
-			own(name, from, to)
-		}
-		if all != nil {
-			all(name, from, to)
+		for _, fn := range [...]func(string, breaker.State, breaker.State){own, all} {
+			if fn != nil {
+				callSafely(fn, name, from, to)
+			}
 		}
 		if p.tel != nil && p.tel.Metering() {
 			p.tel.BreakerState(context.Background(), name, int64(to))
 		}
 	}
+}
+
+// callSafely calls a user's breaker callback: a panic there must not take
+// down the call that happened to move the breaker.
+func callSafely(fn func(string, breaker.State, breaker.State), name string, from, to breaker.State) {
+	defer func() { _ = recover() }()
+	fn(name, from, to)
 }

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -12,6 +13,15 @@ import (
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
+
+// grant is a lease this process holds while it loads.
+type grant struct {
+	lease *lock.Lease
+	// lost is set by the watchdog when an extension finds the lease gone
+	// (taken over, or lost with Redis's keys): the value is then not
+	// written back.
+	lost atomic.Bool
+}
 
 // lockedLoad is the distributed-lock stage: the winner loads, the others
 // wait for its value; when the lock backend fails, the load runs unlocked.
@@ -28,25 +38,33 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 	lease, err := p.tryAcquire(ctx, key)
 	switch {
 	case err == nil:
-		p.lockOutcome(ctx, sp, "acquired", start, lease.Fence())
-		return o, p.holdAndLoad(ctx, key, load, lease, o)
+		p.lockOutcome(ctx, sp, "acquired", start, lease)
+		return o, p.holdAndLoad(ctx, sp, key, load, lease, o)
 	case errors.Is(err, lock.ErrNotAcquired):
 		return o, p.await(ctx, sp, key, load, o, start, woken)
 	case ctx.Err() != nil:
 		return o, err
 	}
-	o.res.FailedOpen = true
-	p.failOpen(ctx, sp, "lock_acquire", err)
-	p.lockOutcome(ctx, sp, "failed_open", start, 0)
-	return o, p.loadAndStore(ctx, key, load, 0, o)
+	return o, p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
 }
 
-func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome string, start time.Time, fence int64) {
+// loadFailedOpen loads without the lock because Redis failed (err).
+func (p *Pipeline[V]) loadFailedOpen(ctx context.Context, sp trace.Span, op string, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
+	o.failOpen(err)
+	p.failOpen(ctx, sp, op, err)
+	p.lockOutcome(ctx, sp, "failed_open", start, nil)
+	return p.loadAndStore(ctx, key, load, nil, o)
+}
+
+func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome string, start time.Time, lease *lock.Lease) {
 	waited := time.Since(start)
 	if sp != nil {
 		sp.SetAttributes(telemetry.LockOutcome.String(outcome), telemetry.LockWaitMS.Float64(float64(waited)/float64(time.Millisecond)))
-		if fence > 0 {
-			sp.SetAttributes(telemetry.LockFence.Int64(fence))
+		if lease != nil {
+			sp.SetAttributes(telemetry.LockFence.Int64(lease.Fence()))
+			if lease.TookOver() {
+				sp.AddEvent("took the lock over from a holder that stopped beating")
+			}
 		}
 	}
 	if p.tel.Metering() {
@@ -55,76 +73,65 @@ func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome st
 }
 
 func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, error) {
-	return guard(ctx, p.infra, "lock_acquire", func(ctx context.Context) (*lock.Lease, error) {
+	return guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
 		return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
-	}, func(l *lock.Lease, err error) {
-		// Granted after the caller gave up on it: give it back at once, or
-		// every other process would wait out a whole lease.
-		if err == nil && l != nil {
-			rctx, cancel := context.WithTimeout(context.Background(), p.opTimeout())
-			defer cancel()
-			_ = l.Release(rctx)
-		}
 	})
 }
 
-// holdAndLoad is the winner's part: re-check, load, write, announce,
-// release.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V]) error {
-	// The watchdog extends the lease while the loader runs; Release stops it.
-	lease.KeepAlive(ctx, nil)
-	defer func() {
-		// Release even when the flight's deadline has passed: a lock left
-		// behind would hold every other process for a whole lease.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opTimeout())
-		defer cancel()
-		_, _ = guard(rctx, p.infra, "lock_release", func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, lease.Release(ctx)
-		}, nil)
-	}()
+// holdAndLoad is the winner's part: re-check, load, write (only while the
+// lease holds), release and announce.
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V]) error {
+	g := &grant{lease: lease}
+	// The watchdog beats while the loader runs; release stops it.
+	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
+	defer p.release(ctx, key, lease)
 	// Another holder may have written the value between our miss and our
 	// grant.
 	e, f, err := p.sharedGet(ctx, key)
 	switch {
 	case err != nil:
 		// Redis failed between the grant and now: load, and skip the
-		// write-back and the announcement, which would fail too.
-		o.res.FailedOpen = true
-	case f == cache.Fresh && !o.force:
+		// write-back, which would fail too.
+		o.failOpen(err)
+	case o.accepts(&e, f):
 		p.fillL1(key, e)
 		o.res, err = fromEntry(&e, SourceL2)
 		return err
 	}
-	err = p.loadAndStore(ctx, key, load, lease.Fence(), o)
-	if !o.res.FailedOpen {
-		// Announce success and failure alike: on failure, waiters wake,
-		// find no value and one of them takes the lock, instead of
-		// sleeping out their budget.
-		_, _ = guard(ctx, p.infra, "notify", func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, p.notifier.Notify(ctx, key)
-		}, nil)
-	}
-	return err
+	return p.loadAndStore(ctx, key, load, g, o)
 }
 
+// release gives the lease back and wakes the waiters. It never goes
+// through the Redis breaker and runs past the flight's end on a deadline
+// of its own: a lock left behind would hold every other process until a
+// waiter sees its holder dead.
+func (p *Pipeline[V]) release(ctx context.Context, key string, lease *lock.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.redisGuard.bookkeepingTimeout())
+	defer cancel()
+	_ = lease.Release(rctx) // the Redis lock announces in the same round trip
+	if !p.announces {
+		_ = p.notifier.Notify(rctx, key)
+	}
+}
+
+// sharedGet reads what lock waiters look at: L2, or without Redis, L1.
 func (p *Pipeline[V]) sharedGet(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
 	if p.l2 != nil {
 		return p.l2Get(ctx, key)
 	}
-	return p.shared.Get(ctx, key)
-}
-
-func (p *Pipeline[V]) opTimeout() time.Duration {
-	if p.infra != nil {
-		return p.infra.opTimeout
+	e, f := p.l1.Lookup(key)
+	if e == nil {
+		return cache.Entry[V]{}, f, nil
 	}
-	return DefaultRedisTimeout
+	return *e, f, nil
 }
 
 // await is a waiter's part: woken by the holder's announcement, with a
-// jittered backoff poll as the safety net. Past Wait, it goes on waiting
-// only while the holder is alive (extending its lease), up to MaxWait; then
-// it loads unlocked.
+// jittered backoff poll as the safety net. Each look reads the value and,
+// if it is not there, tries the lock, which takes it over when the holder
+// stopped beating: the first waiter to look then loads under a new grant,
+// and the others keep waiting for its value. A live holder is waited for
+// up to MaxWait; then the waiter loads unlocked.
 //
 // woken was subscribed before the L2 read that missed, and the lock was
 // found held after that read: until an announcement or a poll tick, there
@@ -153,55 +160,37 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 	for {
 		if look {
 			e, f, err := p.sharedGet(ctx, key)
-			if err != nil {
-				o.res.FailedOpen = true
-				p.lockOutcome(ctx, sp, "failed_open", start, 0)
-				return p.loadAndStore(ctx, key, load, 0, o)
-			}
-			if f == cache.Fresh {
+			switch {
+			case err != nil:
+				return p.loadFailedOpen(ctx, sp, "l2_get", err, key, load, o, start)
+			case o.accepts(&e, f):
 				p.fillL1(key, e)
-				p.lockOutcome(ctx, sp, "waited", start, 0)
+				p.lockOutcome(ctx, sp, "waited", start, nil)
 				o.res, err = fromEntry(&e, SourceWaited)
 				return err
 			}
-			// No value: the holder failed or is gone. Take over if the
-			// lock is free.
+			// No value: the holder is loading, failed, or is dead.
 			lease, err := p.tryAcquire(ctx, key)
 			switch {
 			case err == nil:
-				p.lockOutcome(ctx, sp, "acquired", start, lease.Fence())
-				return p.holdAndLoad(ctx, key, load, lease, o)
+				p.lockOutcome(ctx, sp, "acquired", start, lease)
+				return p.holdAndLoad(ctx, sp, key, load, lease, o)
 			case errors.Is(err, lock.ErrNotAcquired):
 			case ctx.Err() != nil:
 				return err
 			default:
-				o.res.FailedOpen = true
-				p.failOpen(ctx, sp, "lock_acquire", err)
-				p.lockOutcome(ctx, sp, "failed_open", start, 0)
-				return p.loadAndStore(ctx, key, load, 0, o)
+				return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
 			}
 		}
-		if elapsed := time.Since(start); elapsed >= p.lockCfg.Wait {
-			if elapsed >= p.lockCfg.MaxWait || !p.holderAlive(ctx, key) {
-				// One last look, then load unlocked.
-				if e, f, err := p.sharedGet(ctx, key); err == nil && f == cache.Fresh {
-					p.fillL1(key, e)
-					p.lockOutcome(ctx, sp, "waited", start, 0)
-					o.res, err = fromEntry(&e, SourceWaited)
-					return err
-				}
-				p.lockOutcome(ctx, sp, "timeout", start, 0)
-				if wsp != nil {
-					wsp.AddEvent("wait budget spent; loading unlocked")
-				}
-				return p.loadAndStore(ctx, key, load, 0, o)
+		left := p.lockCfg.MaxWait - time.Since(start)
+		if left <= 0 {
+			p.lockOutcome(ctx, sp, "timeout", start, nil)
+			if wsp != nil {
+				wsp.AddEvent("MaxWait spent while the holder lives; loading unlocked")
 			}
+			return p.loadAndStore(ctx, key, load, nil, o)
 		}
-		next := bo.NextBackOff()
-		if left := p.lockCfg.Wait - time.Since(start); left > 0 && left < next {
-			next = left // look again exactly when the budget runs out
-		}
-		t := time.NewTimer(next)
+		t := time.NewTimer(min(bo.NextBackOff(), left))
 		select {
 		case <-woken:
 		case <-t.C:
@@ -212,21 +201,4 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		t.Stop()
 		look = true
 	}
-}
-
-// holderAlive reports whether the lock's holder is still extending its
-// lease. A holder's watchdog extends every third of the lease, so a live
-// holder's lease never runs below two thirds (less a margin for the
-// extension's own latency). Assumes every process uses the same lease.
-func (p *Pipeline[V]) holderAlive(ctx context.Context, key string) bool {
-	type state struct {
-		held bool
-		left time.Duration
-	}
-	st, err := guard(ctx, p.infra, "lock_inspect", func(ctx context.Context) (state, error) {
-		held, left, err := p.locker.Inspect(ctx, key)
-		return state{held, left}, err
-	}, nil)
-	lease := p.lockCfg.Lease
-	return err == nil && st.held && st.left > lease*2/3-lease/10
 }

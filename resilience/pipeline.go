@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,15 +31,17 @@ type Pipeline[V any] struct {
 	keyless   bool
 	keyStages bool
 
-	l1     *cache.Memory[V]
-	l2     remoteStore[V] // nil without Redis
-	shared remoteStore[V] // what lock waiters read: l2, else l1
-	infra  *infra         // Redis breaker and timeouts; nil without Redis
-	group  *singleflight.Group
+	l1         *cache.Memory[V]
+	l2         *cache.Redis[V] // nil without Redis
+	redisGuard *redisGuard     // Redis breaker, timeouts, bound; nil without Redis
+	group      *singleflight.Group
 
 	locker   lock.Locker
 	notifier lock.Notifier
-	lockCfg  LockSettings
+	// announces is set when releasing a lease also announces the key
+	// (the Redis lock); else the pipeline notifies after the release.
+	announces bool
+	lockCfg   LockSettings
 
 	br        *breaker.Breaker
 	retry     *RetrySettings
@@ -56,8 +59,10 @@ type Pipeline[V any] struct {
 	closers []func() error
 	bg      tasks // shared loads and refreshes; Close waits for them
 	// refreshing holds the keys with a background refresh under way.
-	refreshing refreshSet
+	refreshing sync.Map
 	closed     atomic.Bool
+	closeOnce  sync.Once // Close's work; concurrent callers wait for it
+	closeErr   error
 }
 
 // Name returns the pipeline's name.
@@ -137,7 +142,7 @@ func (p *Pipeline[V]) get(ctx context.Context, key string, load LoadFunc[V], e *
 	switch f {
 	case cache.Fresh:
 		if p.beta > 0 && p.refreshEarly(e) {
-			p.refreshAsync(ctx, key, load)
+			p.refreshAsync(ctx, key, load, e.Written)
 		}
 		return fromEntry(e, SourceL1)
 	case cache.Stale:
@@ -170,7 +175,7 @@ func (p *Pipeline[V]) getObserved(ctx context.Context, key string, load LoadFunc
 		switch f {
 		case cache.Fresh:
 			if p.beta > 0 && p.refreshEarly(e) {
-				p.refreshAsync(ctx, key, load)
+				p.refreshAsync(ctx, key, load, e.Written)
 			}
 			r, err = fromEntry(e, SourceL1)
 			hit = true
@@ -232,17 +237,20 @@ func (p *Pipeline[V]) refreshEarly(e *cache.Entry[V]) bool {
 }
 
 // Close stops the pipeline's background work (shared loads still under way,
-// refreshes, the Redis subscription) and waits for it; FlightTimeout bounds
-// the wait. Calls after Close return [ErrClosed].
-// Close does not close the Redis client, which the caller owns.
+// refreshes, the Redis subscription) and waits for it, and for calls that
+// are loading; FlightTimeout bounds the wait. Every Close, concurrent ones
+// too, returns once that is done, with the first one's result. Calls after
+// Close return [ErrClosed]. Close does not close the Redis client, which
+// the caller owns.
 func (p *Pipeline[V]) Close() error {
-	if p.closed.Swap(true) {
-		return nil
-	}
-	p.bg.close()
-	var errs []error
-	for _, c := range p.closers {
-		errs = append(errs, c())
-	}
-	return errors.Join(errs...)
+	p.closeOnce.Do(func() {
+		p.closed.Store(true)
+		p.bg.close()
+		var errs []error
+		for _, c := range p.closers {
+			errs = append(errs, c())
+		}
+		p.closeErr = errors.Join(errs...)
+	})
+	return p.closeErr
 }

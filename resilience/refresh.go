@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -15,7 +16,11 @@ import (
 // key, for stale-while-revalidate and early refresh. The goroutine is
 // counted in p.bg, so Close waits for it; it ends when the load does, which
 // FlightTimeout bounds.
-func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFunc[V]) {
+//
+// after is the write time of the entry that called for the refresh: a
+// fresher entry found in L2 (another process refreshed it) ends the
+// refresh without a load.
+func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFunc[V], after time.Time) {
 	if p.closed.Load() {
 		return
 	}
@@ -39,8 +44,8 @@ func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFun
 		var sp trace.Span
 		fctx, sp = p.tel.Start(fctx, telemetry.SpanRefresh, trace.WithAttributes(p.tel.PipelineAttr))
 		refresh := func() (any, error) {
-			o := &outcome[V]{force: true}
-			return p.fetchInto(fctx, key, load, o)
+			o := &outcome[V]{refresh: true, after: after}
+			return o, p.fetchInto(fctx, key, load, o)
 		}
 		var err error
 		if p.group != nil {
@@ -57,9 +62,6 @@ func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFun
 		}
 	}()
 }
-
-// refreshSet is the type of Pipeline.refreshing.
-type refreshSet = sync.Map
 
 // tasks counts a pipeline's background work (shared loads, refreshes) so
 // that Close can wait for it. Unlike a bare WaitGroup, it refuses new work

@@ -47,6 +47,10 @@ type Result[V any] struct {
 	// FailedOpen is set when the call went on without the Redis cache or
 	// the distributed lock because Redis failed or its breaker was open.
 	FailedOpen bool
+	// FailOpenCause is the Redis error, or the open breaker's refusal
+	// (matching breaker.ErrOpen), that made the call fail open; nil when
+	// FailedOpen is not set.
+	FailOpenCause error
 	// Cause is the error the fallback chain answered for, when Source is
 	// SourceStale or SourceDefault because the loader failed; nil
 	// otherwise.

@@ -106,9 +106,20 @@ func (s *RetrySettings) retryable(err error) bool {
 	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout):
 		return false // the flight's or caller's deadline, not an attempt's
 	case s.Retryable != nil:
-		return s.Retryable(err)
+		return s.userRetryable(err)
 	}
 	return true
+}
+
+// userRetryable runs the user's Retryable hook; a panic there ends the
+// retries, as a permanent error would.
+func (s *RetrySettings) userRetryable(err error) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return s.Retryable(err)
 }
 
 // retry runs attempt until it succeeds, fails for good, or the backoff

@@ -12,60 +12,53 @@ import (
 	"github.com/herdguard/herdguard/telemetry"
 )
 
-// remoteStore is what the pipeline needs of a shared cache: [cache.Redis],
-// or, for lock waiters in the embedded default, the in-process cache.
-type remoteStore[V any] interface {
-	Get(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error)
-	Set(ctx context.Context, key string, e cache.Entry[V]) (bool, error)
-}
-
-// memStore adapts the in-process cache to remoteStore.
-type memStore[V any] struct{ m *cache.Memory[V] }
-
-func (s memStore[V]) Get(_ context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
-	e, f := s.m.Lookup(key)
-	if e == nil {
-		return cache.Entry[V]{}, f, nil
-	}
-	return *e, f, nil
-}
-
-func (s memStore[V]) Set(_ context.Context, key string, e cache.Entry[V]) (bool, error) {
-	s.m.Set(key, e)
-	return true, nil
-}
-
-// l2Get reads key from Redis through the Redis breaker, with a client span.
-// An error means the call fails open: it goes on without L2.
+// l2Get reads key from Redis through the Redis guard, with a client span.
+// A per-key data problem is a miss (counted); an error means the call
+// fails open: it goes on without L2.
 func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
 	var sp trace.Span
 	if p.tel.Tracing() {
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("GET")))
+			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("HGET")))
 		defer sp.End()
 	}
 	type got struct {
 		e cache.Entry[V]
 		f cache.Freshness
 	}
-	g, err := guard(ctx, p.infra, "l2_get", func(ctx context.Context) (got, error) {
+	g, err := guard(ctx, p.redisGuard, func(ctx context.Context) (got, error) {
 		e, f, err := p.l2.Get(ctx, key)
 		return got{e, f}, err
-	}, nil)
-	e, f := g.e, g.f
+	})
+	if err != nil && classify(ctx, err) == errData {
+		p.corrupt(ctx, sp, err)
+		g, err = got{f: cache.Miss}, nil
+	}
 	if sp != nil {
-		sp.SetAttributes(telemetry.Hit.Bool(f == cache.Fresh), telemetry.Freshness.String(f.String()))
+		sp.SetAttributes(telemetry.Hit.Bool(g.f == cache.Fresh), telemetry.Freshness.String(g.f.String()))
 	}
 	if err != nil {
 		p.failOpen(ctx, sp, "l2_get", err)
 	}
-	return e, f, err
+	return g.e, g.f, err
+}
+
+// corrupt records a per-key data problem in L2: treated as a miss.
+func (p *Pipeline[V]) corrupt(ctx context.Context, sp trace.Span, err error) {
+	if sp != nil {
+		// The error is not attached: it names the key, and keys stay off
+		// spans unless asked.
+		sp.AddEvent("unusable data at the key; treated as a miss")
+	}
+	if p.tel.Metering() {
+		p.tel.Corrupt(ctx, "l2")
+	}
 }
 
 // failOpen records that a call went on without Redis.
 func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, err error) {
 	why := "redis_error"
-	if isBreakerRefusal(err) {
+	if classify(ctx, err) == errRefused {
 		why = "breaker_open"
 	}
 	if sp != nil {
@@ -93,9 +86,16 @@ func (p *Pipeline[V]) fillL1(key string, e cache.Entry[V]) {
 	p.l1.Set(key, e)
 }
 
-// store writes a loaded entry to L2 (fenced) and L1. A write refused by the
-// fence leaves L1 alone too: a newer value exists.
-func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], o *outcome[V]) {
+// store writes a loaded entry to L2 and L1. Under a grant, the write goes
+// through only while the lease still holds (a holder that lost it writes
+// nothing, since a newer load may already have landed) and only above the
+// stored entry's fence. A write refused either way leaves L1 alone too: a
+// newer value exists, or may.
+func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g *grant, o *outcome[V]) {
+	if g != nil && g.lost.Load() {
+		p.leaseLost(ctx, nil)
+		return
+	}
 	if p.l2 != nil && !o.res.FailedOpen {
 		var sp trace.Span
 		if p.tel.Tracing() {
@@ -103,14 +103,22 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], o
 				trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA"), telemetry.LockFence.Int64(e.Fence)))
 			defer sp.End()
 		}
-		stored, err := guard(ctx, p.infra, "l2_set", func(ctx context.Context) (bool, error) {
+		stored, err := guard(ctx, p.redisGuard, func(ctx context.Context) (bool, error) {
+			if g != nil && p.announces { // a Redis lease: its token must still hold the lock
+				return p.l2.SetHeld(ctx, key, e, g.lease.Token())
+			}
 			return p.l2.Set(ctx, key, e)
-		}, nil)
+		})
 		switch {
+		case errors.Is(err, cache.ErrLockLost):
+			p.leaseLost(ctx, sp)
+			return
 		case errors.Is(err, cache.ErrExpiredEntry):
 			// Nothing to keep: the entry's grace ended while it loaded.
+		case err != nil && classify(ctx, err) == errData:
+			p.corrupt(ctx, sp, err) // L1 needs no encoding: keep it there
 		case err != nil:
-			o.res.FailedOpen = true
+			o.failOpen(err)
 			p.failOpen(ctx, sp, "l2_set", err)
 		case !stored:
 			if sp != nil {
@@ -123,21 +131,35 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], o
 	p.fillL1(key, e)
 }
 
+// leaseLost records a holder that found its lease gone before writing.
+func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
+	if sp == nil {
+		sp = trace.SpanFromContext(ctx)
+	}
+	sp.AddEvent("lease lost before the write-back; value not written")
+	if p.tel.Metering() {
+		p.tel.FailOpen(ctx, "l2_set:lease_lost")
+	}
+}
+
 // Invalidate removes key from the in-process cache and from Redis.
 func (p *Pipeline[V]) Invalidate(ctx context.Context, key string) error {
-	if key == "" {
+	switch {
+	case ctx == nil:
+		return ErrNilContext
+	case key == "":
 		return ErrEmptyKey
+	case p.closed.Load():
+		return ErrClosed
 	}
 	if p.l1 != nil {
 		p.l1.Delete(key)
 	}
-	if d, ok := p.l2.(interface {
-		Delete(context.Context, string) error
-	}); ok && p.l2 != nil {
-		_, err := guard(ctx, p.infra, "l2_delete", func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, d.Delete(ctx, key)
-		}, nil)
-		return err
+	if p.l2 == nil {
+		return nil
 	}
-	return nil
+	_, err := guard(ctx, p.redisGuard, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, p.l2.Delete(ctx, key)
+	})
+	return err
 }

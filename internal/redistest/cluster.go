@@ -152,7 +152,7 @@ func (c *Cluster) Nodes() []*Server { return append([]*Server(nil), c.nodes...) 
 // Each opt may adjust the options before the client is built (the
 // addresses are already set).
 func (c *Cluster) Client(opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
-	o := &redis.ClusterOptions{Addrs: c.Addrs()}
+	o := &redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true}
 	for _, f := range opts {
 		f(o)
 	}

@@ -131,7 +131,7 @@ func (s *Server) Log() string {
 // it. Each opt may adjust the options before the client is built (the
 // address is already set).
 func (s *Server) Client(opts ...func(*redis.Options)) *redis.Client {
-	o := &redis.Options{Addr: s.Addr()}
+	o := &redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true}
 	for _, f := range opts {
 		f(o)
 	}

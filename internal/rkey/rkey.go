@@ -3,15 +3,25 @@
 // agree on their names and land in one Redis Cluster hash slot.
 //
 // For a prefix P, a namespace N (the pipeline's name) and a key K, the base
-// is P{N:K}; the value lives at P{N:K}:v, the lock at P{N:K}:lock and the
-// fence counter at P{N:K}:fence. Everything between the braces is the hash
-// tag, so a Lua script may touch all three keys on Redis Cluster. The
-// announcement channel of a namespace is P{N}:announce.
+// is P{len(N):N:K}, with N and K escaped (see below); the value lives at
+// base:v, the lock at base:lock and the fence counter at base:fence.
+// Everything between the braces is the hash tag, so a Lua script may touch
+// all three keys on Redis Cluster. The announcement channel of a namespace
+// is P{len(N):N}:announce.
+//
+// Two rules make the layout safe for any name and key. The namespace is
+// length-prefixed, so no two (namespace, key) pairs share a base: pipeline
+// "users" with key "admin:1" is {5:users:admin:1}, pipeline "users:admin"
+// with key "1" is {11:users:admin:1}. And '%', '{' and '}' are escaped as
+// %25, %7B and %7D, so the hash tag always ends at the closing brace the
+// layout puts there: keys holding braces spread over Cluster slots like any
+// others.
 package rkey
 
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -37,8 +47,8 @@ type Space struct {
 }
 
 // New returns the key space for namespace under prefix. An empty prefix
-// means [DefaultPrefix]. The namespace must be non-empty, and neither may
-// contain a brace, which would move the hash tag.
+// means [DefaultPrefix]. The namespace must be non-empty; the prefix must
+// not contain a brace, which would move the hash tag.
 func New(prefix, namespace string) (Space, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -49,18 +59,23 @@ func New(prefix, namespace string) (Space, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return Space{}, fmt.Errorf("rkey: prefix %q must not contain braces", prefix)
 	}
-	if strings.ContainsAny(namespace, "{}") {
-		return Space{}, fmt.Errorf("rkey: namespace %q must not contain braces", namespace)
-	}
-	return Space{prefix: prefix, ns: namespace}, nil
+	ns := escape(namespace)
+	return Space{prefix: prefix, ns: strconv.Itoa(len(ns)) + ":" + ns}, nil
 }
 
-// Namespace returns the namespace the space was built for.
-func (s Space) Namespace() string { return s.ns }
+// escaper makes a name safe inside a hash tag; see the package doc.
+var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// Base returns P{N:K}, the stem shared by the keys of key.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	return escaper.Replace(s)
+}
+
+// Base returns P{len(N):N:K}, the stem shared by the keys of key.
 func (s Space) Base(key string) string {
-	return s.prefix + "{" + s.ns + ":" + key + "}"
+	return s.prefix + "{" + s.ns + ":" + escape(key) + "}"
 }
 
 // Value returns the key that holds key's cached entry.

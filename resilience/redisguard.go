@@ -1,0 +1,162 @@
+package resilience
+
+import (
+	"context"
+	"reflect"
+	"runtime"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/lock"
+)
+
+// redisGuard bounds the pipeline's Redis operations: a breaker that opens
+// on a failure rate, a timeout per operation, and a bound on the operations
+// in flight.
+//
+// The bound is what keeps a burst from looking like an outage. The
+// timeout starts once an operation holds a slot, and there are no more
+// slots than the client has connections, so it measures Redis and the
+// network, not the time spent queued behind a thousand other keys in this
+// process. Operations run on the caller's goroutine: the client's own
+// deadlines (ContextTimeoutEnabled) end them.
+type redisGuard struct {
+	br        *breaker.Breaker
+	opTimeout time.Duration
+	slots     chan struct{}
+}
+
+func newRedisGuard(br *breaker.Breaker, client redis.UniversalClient, opTimeout time.Duration) *redisGuard {
+	n := 10 * runtime.GOMAXPROCS(0) // go-redis's default pool size
+	switch c := client.(type) {
+	case *redis.Client:
+		if c.Options().PoolSize > 0 {
+			n = c.Options().PoolSize
+		}
+	case *redis.ClusterClient:
+		if c.Options().PoolSize > 0 {
+			n = c.Options().PoolSize
+		}
+	}
+	return &redisGuard{br: br, opTimeout: opTimeout, slots: make(chan struct{}, n)}
+}
+
+// guard runs one Redis operation through g. A nil g (the embedded
+// default, no Redis) runs op as it is. The operation's error is classified
+// once, by [classify]: only infrastructure failures count against the
+// breaker; a per-key data problem or a caller's cancellation does not.
+func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (T, error)) (T, error) {
+	if g == nil {
+		return op(ctx)
+	}
+	var zero T
+	done, err := g.br.Allow()
+	if err != nil {
+		return zero, err
+	}
+	select {
+	case g.slots <- struct{}{}:
+	case <-ctx.Done():
+		done(breaker.Ignore, 0)
+		return zero, ctx.Err()
+	}
+	octx, cancel := context.WithTimeout(ctx, g.opTimeout)
+	start := time.Now()
+	v, err := op(octx)
+	took := time.Since(start)
+	cancel()
+	<-g.slots
+	switch classify(ctx, err) {
+	case errInfra:
+		done(err, took)
+	case errCanceled:
+		done(breaker.Ignore, took)
+	default: // a reply: Redis answered
+		done(nil, took)
+	}
+	return v, err
+}
+
+// bookkeepingTimeout bounds a release or an extension, which never go
+// through the breaker: a lock left behind would hold every other process
+// for a whole lease, so they are tried even while it is open.
+func (g *redisGuard) bookkeepingTimeout() time.Duration {
+	if g == nil {
+		return time.Second
+	}
+	return max(g.opTimeout, time.Second)
+}
+
+// wireRedis builds the Redis cache, and with Lock, the Redis lock and
+// notifier, and the guard around them.
+func (p *Pipeline[V]) wireRedis(c config[V]) error {
+	o := c.redisOpts
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.OpTimeout == 0 {
+		o.OpTimeout = DefaultRedisTimeout
+	}
+	br := o.SharedBreaker
+	if br == nil {
+		bs := o.Breaker
+		if bs.Name == "" {
+			bs.Name = "redis"
+		}
+		if bs.OpenTimeout == 0 {
+			bs.OpenTimeout = DefaultRedisOpenTimeout
+		}
+		if bs.Failures == 0 && bs.FailureRatio == 0 {
+			bs.FailureRatio = DefaultRedisFailureRatio
+		}
+		var err error
+		if br, err = breaker.New(bs); err != nil {
+			return &ConfigError{Pipeline: c.name, Field: "RedisOptions", Problem: err.Error()}
+		}
+	}
+	// The pipeline hears the Redis breaker's transitions whether it owns
+	// it or shares it, and stops hearing them when it closes.
+	unsubscribe := br.Subscribe(p.breakerObserver(nil, c.onBreaker))
+	p.closers = append(p.closers, func() error { unsubscribe(); return nil })
+	p.redisGuard = newRedisGuard(br, c.redis, o.OpTimeout)
+	l2, err := cache.NewRedis[V](c.redis, cache.RedisOptions{
+		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec,
+		OnCorrupt: func(string, error) {
+			if p.tel.Metering() {
+				p.tel.Corrupt(context.Background(), "l2")
+			}
+		},
+	})
+	if err != nil {
+		return &ConfigError{Pipeline: c.name, Field: "Redis", Problem: err.Error()}
+	}
+	p.l2 = l2
+	if !c.lockOn {
+		return nil
+	}
+	ls := lockDefaults(c.lock)
+	lk, err := lock.NewRedis(c.redis, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true})
+	if err != nil {
+		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
+	}
+	n, err := lock.NewRedisNotifier(c.redis, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name})
+	if err != nil {
+		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
+	}
+	p.locker, p.notifier, p.announces = lk, n, true
+	p.closers = append(p.closers, n.Close)
+	return nil
+}
+
+// isNilClient reports whether client is nil or a typed nil pointer (a
+// *redis.Client variable never assigned), which would crash the first call.
+func isNilClient(client redis.UniversalClient) bool {
+	if client == nil {
+		return true
+	}
+	v := reflect.ValueOf(client)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
