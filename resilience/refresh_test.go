@@ -1,0 +1,54 @@
+package resilience
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/internal/redistest"
+)
+
+// TestStaleWhileRevalidate_withRedis_refreshesOnceAcrossPipelines: two
+// pipelines on one Redis (two processes' worth: own clients, own L1) serve
+// the stale copy at once, and one background load, in one of them, brings
+// the new value to both.
+func TestStaleWhileRevalidate_withRedis_refreshesOnceAcrossPipelines(t *testing.T) {
+	srv := redistest.Start(t)
+	pod := func() *Pipeline[string] {
+		return build(t, New[string]("swr-redis").Cache(50*time.Millisecond).Jitter(0).Stale(time.Hour).
+			StaleWhileRevalidate().Redis(srv.Client()).Lock(LockSettings{Poll: 20 * time.Millisecond}))
+	}
+	a, b := pod(), pod()
+	c := &counter{}
+	ctx := context.Background()
+	if _, err := a.Get(ctx, "k", c.load); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.GetResult(ctx, "k", c.load); err != nil || r.Source != SourceL2 {
+		t.Fatalf("b before expiry: %+v %v, want L2", r, err)
+	}
+	time.Sleep(60 * time.Millisecond) // past the TTL, within the grace
+	c.fn = func(int64) (string, error) { return "new", nil }
+	var wg sync.WaitGroup
+	for _, p := range []*Pipeline[string]{a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := p.GetResult(ctx, "k", c.load)
+			if err != nil || r.Source != SourceStale || r.Value != "v:k" {
+				t.Errorf("after expiry: %+v %v, want the stale copy at once", r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, p := range []*Pipeline[string]{a, b} {
+		waitFor(t, func() bool {
+			r, _ := p.GetResult(ctx, "k", c.load)
+			return r.Value == "new" && r.Source != SourceStale
+		})
+	}
+	if got := c.calls.Load(); got != 2 {
+		t.Fatalf("loader calls = %d, want 2 (the first load and one refresh for both pipelines)", got)
+	}
+}
