@@ -10,7 +10,18 @@
 // A [Lease] is released and extended only with the token it was granted
 // under, so a holder whose lease ran out cannot release its successor's lock.
 // Every grant carries a fencing number that only grows, so a store can refuse
-// a write-back from a superseded holder.
+// a write-back from a superseded holder. [Redis] takes its fences from the
+// Redis server's clock as well as a counter, so they keep growing when Redis
+// loses the counter (restart without persistence, FLUSHALL, eviction,
+// failover), provided the Redis hosts' clocks do not step back by more than
+// the outage.
+//
+// A holder proves it lives by beating: its watchdog ([Lease.KeepAlive])
+// extends the lease and records the beat. [Redis] hands a lock whose holder
+// has missed two of its own beats to the next TryAcquire, so a crashed or
+// partitioned holder is replaced within seconds by exactly one process,
+// not at the end of its lease; processes with different settings agree,
+// since each holder declares its own beat.
 //
 // Errors keep three outcomes apart: [ErrNotAcquired] (another holder has it),
 // a [*BackendError] (the backend failed; errors.Is(err, [ErrBackend])), and

@@ -30,8 +30,7 @@ const (
 	// DefaultLockLease is how long a lock holder owns the lock before it
 	// expires on its own; a watchdog extends it while the loader runs.
 	DefaultLockLease = 30 * time.Second
-	// DefaultLockWait is how long a waiter waits for the holder's value
-	// before it considers loading on its own.
+	// DefaultLockWait is the default of the deprecated LockSettings.Wait.
 	DefaultLockWait = 5 * time.Second
 	// DefaultLockMaxWait caps the wait while the holder is still alive
 	// (beating).
@@ -56,12 +55,13 @@ type LockSettings struct {
 	// Lease is how long a holder owns the lock.
 	// default: 30 seconds (DefaultLockLease)
 	Lease time.Duration
-	// Wait is how long a waiter waits for the value before it considers
-	// loading on its own. It does so only when it cannot see the holder
-	// live: a holder that beats is waited for up to MaxWait, and a holder
-	// that stopped beating is taken over (by one waiter, under a new
-	// grant) whatever Wait says.
-	// default: 5 seconds (DefaultLockWait)
+	// Wait raises the default of MaxWait to itself; it has no other
+	// effect. Waiters no longer guess whether the holder lives from how
+	// long they have waited: they see its heartbeat, wait for a live
+	// holder up to MaxWait, and take a dead one over (exactly one of
+	// them, under a new grant) as soon as it misses two beats.
+	//
+	// Deprecated: set MaxWait.
 	Wait time.Duration
 	// MaxWait caps the wait while the holder is alive; past it, a waiter
 	// loads without the lock.
