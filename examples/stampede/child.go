@@ -3,10 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -25,9 +23,14 @@ const podEnv = "HERDGUARD_STAMPEDE_POD"
 
 // Modes.
 const (
-	modePipeline = "pipeline" // the toolkit's pipeline: single-flight, lock, announcement
-	modePoll     = "poll"     // cachekit style: every caller polls SET NX every 100 ms
+	modePipeline  = "pipeline"  // the toolkit's pipeline: single-flight, lock, announcement
+	modePoll      = "poll"      // cachekit style: every caller polls SET NX every 100 ms
+	modeGocache   = "gocache"   // go-redis/cache Once: single-flight per process, no lock
+	modeRedislock = "redislock" // single-flight per process, then a bsm/redislock lock
 )
+
+// allModes lists the modes in the order the usage text gives them.
+var allModes = []string{modePipeline, modePoll, modeGocache, modeRedislock}
 
 // podConfig is what one pod (child process) needs to know.
 type podConfig struct {
@@ -39,6 +42,8 @@ type podConfig struct {
 	Load      time.Duration `json:"load"`
 	Lock      lockSettings  `json:"lock"`
 	OpTimeout time.Duration `json:"op_timeout"` // Redis operation timeout; 0 = library default
+	// GocacheLocal turns on go-redis/cache's local TinyLFU cache.
+	GocacheLocal bool `json:"gocache_local"`
 	// CallTimeout bounds each caller's call.
 	CallTimeout time.Duration `json:"call_timeout"`
 }
@@ -54,6 +59,7 @@ type lockSettings struct {
 type command struct {
 	Op    string        `json:"op"` // "round" or "exit"
 	Key   string        `json:"key,omitempty"`
+	Keys  int           `json:"keys,omitempty"`  // if not 0, a burst: the keys Key-0 .. Key-(Keys-1)
 	Start int64         `json:"start,omitempty"` // unix nanoseconds: when the callers go
 	Load  time.Duration `json:"load,omitempty"`  // overrides the pod's loader time; 0 = pod's
 }
@@ -74,14 +80,32 @@ type podResult struct {
 	FailOpen   int            `json:"fail_open"`
 	Sources    map[string]int `json:"sources"`
 	Values     map[string]int `json:"values"`      // value -> callers that got it
-	RoundTrips int64          `json:"round_trips"` // commands this pod's client sent
-	ErrSample  string         `json:"err_sample,omitempty"`
+	RoundTrips int64          `json:"round_trips"` // round trips this pod's client made
+	Loads      int            `json:"loads"`       // loader calls this pod began in the round
+	// BreakerWasOpen says the pod's Redis breaker was not closed at the
+	// round's start; BreakerOpened, that it opened during the round.
+	BreakerWasOpen bool   `json:"breaker_was_open,omitempty"`
+	BreakerOpened  bool   `json:"breaker_opened,omitempty"`
+	ErrSample      string `json:"err_sample,omitempty"`
 
 	key string // the round's key, set by the parent's reader
 }
 
-// countHook counts the commands a client sends (round trips, pipelined
-// commands each).
+// roundKeys returns the keys of a round: key itself, or for a burst of n
+// keys, key-0 .. key-(n-1).
+func roundKeys(key string, n int) []string {
+	if n <= 0 {
+		return []string{key}
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%d", key, i)
+	}
+	return keys
+}
+
+// countHook counts a client's round trips: each command, and each pipeline
+// as one.
 type countHook struct{ n atomic.Int64 }
 
 func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -93,15 +117,17 @@ func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
+		h.n.Add(1)
 		return next(ctx, cmds)
 	}
 }
 
-// emitter writes events, one JSON line each, from many goroutines.
+// emitter writes events, one JSON line each, from many goroutines, and
+// counts the loader calls it reports.
 type emitter struct {
-	mu  sync.Mutex
-	enc *json.Encoder
+	mu    sync.Mutex // guards enc
+	enc   *json.Encoder
+	loads atomic.Int64
 }
 
 func (e *emitter) emit(ev event) {
@@ -110,45 +136,50 @@ func (e *emitter) emit(ev event) {
 	_ = e.enc.Encode(ev) // a parent gone away: nothing to tell
 }
 
+// load reports a loader call that begins.
+func (e *emitter) load(pod int, key string) {
+	e.loads.Add(1)
+	e.emit(event{Ev: "load", Pod: pod, Key: key})
+}
+
+// breakerWatch follows a pipeline's Redis breaker.
+type breakerWatch struct {
+	state atomic.Int32 // the last state it moved to, a breaker.State
+	opens atomic.Int64 // moves to open so far
+}
+
+// redisBreakerName is the name the pipeline gives its Redis breaker.
+const redisBreakerName = "redis"
+
+// observe is the pipeline's OnBreakerChange.
+func (w *breakerWatch) observe(name string, _, to breaker.State) {
+	if name != redisBreakerName {
+		return
+	}
+	w.state.Store(int32(to))
+	if to == breaker.Open {
+		w.opens.Add(1)
+	}
+}
+
 // getter is one caller's call in a mode.
 type getter func(ctx context.Context, key string, load time.Duration) (value, source string, failOpen bool, err error)
 
-// runPod is a child process's main: it builds its client and pipeline,
-// says ready, then runs the rounds it is told to until told to exit or its
-// stdin closes.
+// runPod is a child process's main: it builds its client and its mode's
+// getter, says ready, then runs the rounds it is told to until told to exit
+// or its stdin closes.
 func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 	em := &emitter{enc: json.NewEncoder(out)}
 	hook := &countHook{}
 	client := redis.NewClient(&redis.Options{Addr: cfg.Addr})
 	defer client.Close()
 	client.AddHook(hook)
-
-	var get getter
-	var closePipeline func() error
-	switch cfg.Mode {
-	case modePipeline:
-		p, err := buildPipeline(cfg, client)
-		if err != nil {
-			return err
-		}
-		closePipeline = p.Close
-		get = func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
-			r, err := p.GetResult(ctx, key, podLoader(cfg, em, d))
-			return r.Value, r.Source.String(), r.FailedOpen, err
-		}
-	case modePoll:
-		pl := &pollLock{client: client, lease: cfg.Lock.Lease, wait: cfg.Lock.Wait, prefix: "stampede:" + cfg.Name + ":"}
-		get = func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
-			return pl.get(ctx, key, podLoader(cfg, em, d))
-		}
-	default:
-		return fmt.Errorf("stampede: unknown mode %q", cfg.Mode)
+	watch := &breakerWatch{}
+	get, closeGet, err := modeGetter(cfg, client, em, watch)
+	if err != nil {
+		return err
 	}
-	defer func() {
-		if closePipeline != nil {
-			_ = closePipeline()
-		}
-	}()
+	defer func() { _ = closeGet() }()
 	em.emit(event{Ev: "ready", Pod: cfg.Pod})
 
 	sc := bufio.NewScanner(in)
@@ -161,9 +192,12 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 		case "exit":
 			return nil
 		case "round":
-			before := hook.n.Load()
+			trips, loads := hook.n.Load(), em.loads.Load()
+			wasOpen, opens := breaker.State(watch.state.Load()) != breaker.Closed, watch.opens.Load()
 			r := runRound(cfg, get, c)
-			r.RoundTrips = hook.n.Load() - before
+			r.RoundTrips = hook.n.Load() - trips
+			r.Loads = int(em.loads.Load() - loads)
+			r.BreakerWasOpen, r.BreakerOpened = wasOpen, watch.opens.Load() > opens
 			em.emit(event{Ev: "result", Pod: cfg.Pod, Key: c.Key, Result: r})
 		default:
 			return fmt.Errorf("stampede: pod %d: unknown op %q", cfg.Pod, c.Op)
@@ -172,7 +206,39 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 	return sc.Err() // stdin closed: the parent is gone
 }
 
-func buildPipeline(cfg podConfig, client redis.UniversalClient) (*resilience.Pipeline[string], error) {
+// modeGetter returns the call of cfg.Mode on client, and what closes it.
+func modeGetter(cfg podConfig, client *redis.Client, em *emitter, watch *breakerWatch) (getter, func() error, error) {
+	noClose := func() error { return nil }
+	switch cfg.Mode {
+	case modePipeline:
+		p, err := buildPipeline(cfg, client, watch)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
+			r, err := p.GetResult(ctx, key, podLoader(cfg, em, d))
+			return r.Value, r.Source.String(), r.FailedOpen, err
+		}, p.Close, nil
+	case modePoll:
+		pl := &pollLock{client: client, lease: cfg.Lock.Lease, wait: cfg.Lock.Wait, prefix: peerPrefix(cfg.Name)}
+		return func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
+			return pl.get(ctx, key, podLoader(cfg, em, d))
+		}, noClose, nil
+	case modeGocache:
+		gc := newGocachePeer(client, peerPrefix(cfg.Name), cfg.GocacheLocal)
+		return func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
+			return gc.get(ctx, key, podLoader(cfg, em, d))
+		}, noClose, nil
+	case modeRedislock:
+		rl := newLockRecipe(client, peerPrefix(cfg.Name), cfg.Lock)
+		return func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
+			return rl.get(ctx, key, podLoader(cfg, em, d))
+		}, noClose, nil
+	}
+	return nil, nil, fmt.Errorf("stampede: unknown mode %q", cfg.Mode)
+}
+
+func buildPipeline(cfg podConfig, client redis.UniversalClient, watch *breakerWatch) (*resilience.Pipeline[string], error) {
 	timeout := max(resilience.DefaultTimeout, 2*cfg.Load)
 	return resilience.New[string](cfg.Name).
 		Cache(time.Minute).
@@ -181,6 +247,7 @@ func buildPipeline(cfg podConfig, client redis.UniversalClient) (*resilience.Pip
 		Lock(resilience.LockSettings{Lease: cfg.Lock.Lease, Wait: cfg.Lock.Wait, MaxWait: cfg.Lock.MaxWait, Poll: cfg.Lock.Poll}).
 		Timeout(timeout).
 		FlightTimeout(max(resilience.DefaultFlightTimeout, 2*timeout)).
+		OnBreakerChange(watch.observe).
 		Build()
 }
 
@@ -193,7 +260,7 @@ func podLoader(cfg podConfig, em *emitter, d time.Duration) resilience.LoadFunc[
 		d = cfg.Load
 	}
 	return func(ctx context.Context, key string) (string, error) {
-		em.emit(event{Ev: "load", Pod: cfg.Pod, Key: key})
+		em.load(cfg.Pod, key)
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -205,9 +272,11 @@ func podLoader(cfg podConfig, em *emitter, d time.Duration) resilience.LoadFunc[
 	}
 }
 
-// runRound runs the pod's callers for one key, all at c.Start.
+// runRound runs the pod's callers, cfg.Callers for each of the round's
+// keys, all at c.Start.
 func runRound(cfg podConfig, get getter, c command) *podResult {
-	n := cfg.Callers
+	keys := roundKeys(c.Key, c.Keys)
+	n := len(keys) * cfg.Callers
 	lat := make([]int64, n)
 	type outcome struct {
 		value, source string
@@ -228,7 +297,7 @@ func runRound(cfg podConfig, get getter, c command) *podResult {
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
 			t0 := time.Now()
-			v, src, fo, err := get(ctx, c.Key, c.Load)
+			v, src, fo, err := get(ctx, keys[i%len(keys)], c.Load)
 			lat[i] = time.Since(t0).Microseconds()
 			outs[i] = outcome{v, src, fo, err}
 		})
@@ -252,90 +321,6 @@ func runRound(cfg podConfig, get getter, c command) *podResult {
 		r.Sources[o.source]++
 	}
 	return r
-}
-
-// pollLock is the comparison: the distributed lock as cachekit and many
-// others do it. Every caller (no single-flight) reads the value; on a miss
-// it tries SET NX PX; the winner loads, writes and deletes the lock; the
-// others retry every 100 ms, reading the value each time, and after the
-// wait budget load on their own. A Redis error fails open.
-type pollLock struct {
-	client      *redis.Client
-	lease, wait time.Duration
-	prefix      string
-}
-
-const pollInterval = 100 * time.Millisecond
-
-var releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-
-func (l *pollLock) get(ctx context.Context, key string, load resilience.LoadFunc[string]) (string, string, bool, error) {
-	vkey, lkey := l.prefix+key, l.prefix+key+":lock"
-	lease, wait := l.lease, l.wait
-	if lease <= 0 {
-		lease = resilience.DefaultLockLease
-	}
-	if wait <= 0 {
-		wait = resilience.DefaultLockWait
-	}
-	loadAndSet := func(src string, failOpen bool) (string, string, bool, error) {
-		v, err := load(ctx, key)
-		if err != nil {
-			return "", src, failOpen, err
-		}
-		if err := l.client.Set(ctx, vkey, v, time.Minute).Err(); err != nil {
-			failOpen = true
-		}
-		return v, src, failOpen, nil
-	}
-	v, err := l.client.Get(ctx, vkey).Result()
-	switch {
-	case err == nil:
-		return v, "l2", false, nil
-	case !errors.Is(err, redis.Nil):
-		if ctx.Err() != nil {
-			return "", "none", false, ctx.Err()
-		}
-		return loadAndSet("loader", true)
-	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	tok := hex.EncodeToString(b[:])
-	deadline := time.Now().Add(wait)
-	for {
-		ok, err := l.client.SetNX(ctx, lkey, tok, lease).Result()
-		if err != nil {
-			if ctx.Err() != nil {
-				return "", "none", false, ctx.Err()
-			}
-			return loadAndSet("loader", true)
-		}
-		if ok {
-			v, src, fo, err := loadAndSet("loader", false)
-			_ = releaseScript.Run(context.WithoutCancel(ctx), l.client, []string{lkey}, tok).Err()
-			return v, src, fo, err
-		}
-		t := time.NewTimer(pollInterval)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return "", "none", false, ctx.Err()
-		}
-		v, err := l.client.Get(ctx, vkey).Result()
-		switch {
-		case err == nil:
-			return v, "waited", false, nil
-		case !errors.Is(err, redis.Nil):
-			if ctx.Err() != nil {
-				return "", "none", false, ctx.Err()
-			}
-			return loadAndSet("loader", true)
-		}
-		if time.Now().After(deadline) {
-			return loadAndSet("loader", false) // wait budget spent: load unlocked
-		}
-	}
 }
 
 // childMain runs this process as a pod, configured from the environment.

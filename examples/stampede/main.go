@@ -3,11 +3,15 @@
 // against a real Redis, with a loader that sleeps -load; each round uses a
 // fresh key. It reports, per round, how many loader calls ran across all
 // pods (the goal is 1), errors, fail-opens, Redis commands and latency.
+// With -keys N a round is a burst of N cold keys, every one asked at once
+// in every pod (-callers goroutines per key, 1 by default), and the goal is
+// one loader call per key.
 //
 //	go run ./examples/stampede                         # 8 pods x 64 callers, 5 rounds
 //	go run ./examples/stampede -callers 512 -json
 //	go run ./examples/stampede -mode poll              # cachekit-style lock, for comparison
 //	go run ./examples/stampede -kill-redis-after 100ms # SIGKILL Redis mid-round 1
+//	go run ./examples/stampede -pods 4 -keys 1000 -load 50ms -mode pipeline,gocache,redislock
 //
 // Without -redis it starts a private redis-server on a free loopback port
 // (redis-server must be installed) and stops it at the end.
@@ -23,14 +27,26 @@
 // Figures per round: loader_calls (across pods), callers, errors, fail_open
 // (calls that went on without Redis), redis_commands (the INFO
 // commandstats delta: every command Redis ran, including those inside Lua
-// scripts; -1 if unknown), redis_round_trips (commands the pods' clients
-// sent), p50_ms, p99_ms, max_ms (per call, from its start). An unreported
-// warm-up round first loads the scripts and opens the connections.
+// scripts; -1 if unknown), redis_round_trips (round trips the pods' clients
+// made, a pipeline counting as one), locks_left (the mode's lock keys in
+// Redis at the round's end), breaker_open (pods whose Redis breaker was
+// open in the round), p50_ms, p99_ms, max_ms (per call, from its start).
+// With -keys, loads are also counted key by key (keys loaded more than
+// once, the most loads of one key, keys whose callers got different
+// values), Redis figures are given per key, and locks_left comes with the
+// longest PTTL among the locks. An unreported warm-up round per mode first
+// loads the scripts and opens the connections.
 //
 // Modes: pipeline (the toolkit: per-pod single-flight, one lock script,
-// waiters woken by an announcement) and poll (every caller tries SET NX PX
+// waiters woken by an announcement), poll (every caller tries SET NX PX
 // every 100 ms with no single-flight, and loads unlocked after 5 seconds,
-// as cachekit does).
+// as cachekit does), gocache (github.com/go-redis/cache's Once: per-pod
+// single-flight, no lock across pods; its local TinyLFU cache is on unless
+// -gocache-local=false) and redislock (per-pod singleflight, then a
+// github.com/bsm/redislock lock with bounded exponential backoff; waiters
+// that are not granted it poll the value, then load unlocked). Several
+// modes, comma-separated, each get their own pods and take turns round by
+// round, so that drift in the machine's load hits them alike.
 //
 // Fault injection: -kill-redis-after D SIGKILLs the private Redis D into
 // the first round; -restart-redis-after D2 starts it again (empty, same
@@ -49,6 +65,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/herdguard/herdguard/resilience"
 )
 
 func main() {
@@ -74,11 +92,13 @@ func parseFlags(args []string, errOut io.Writer) (Config, bool, error) {
 	fs.SetOutput(errOut)
 	var c Config
 	fs.IntVar(&c.Pods, "pods", 8, "child processes (pods)")
-	fs.IntVar(&c.Callers, "callers", 64, "goroutines per pod asking for the key at once")
+	fs.IntVar(&c.Callers, "callers", 0, "goroutines per pod asking for each key at once (0: 64, or 1 with -keys)")
+	fs.IntVar(&c.Keys, "keys", 0, "a burst of this many cold keys per round, all asked at once (0: one key)")
 	fs.DurationVar(&c.Load, "load", 200*time.Millisecond, "how long the loader takes")
 	fs.IntVar(&c.Rounds, "rounds", 5, "rounds, each on a fresh key")
 	fs.StringVar(&c.Redis, "redis", "", "Redis address; empty starts a private redis-server")
-	fs.StringVar(&c.Mode, "mode", modePipeline, "pipeline, or poll (cachekit-style SET NX retried every 100ms)")
+	fs.StringVar(&c.Mode, "mode", modePipeline, "pipeline, poll, gocache or redislock; several, comma-separated, take turns")
+	fs.BoolVar(&c.GocacheLocal, "gocache-local", true, "gocache mode: go-redis/cache's local TinyLFU cache on")
 	fs.DurationVar(&c.Lock.Lease, "lease", 0, "lock lease (0: the library default, 30s)")
 	fs.DurationVar(&c.Lock.Wait, "wait", 0, "lock wait budget (0: the library default, 5s)")
 	fs.DurationVar(&c.OpTimeout, "op-timeout", 0, "Redis operation timeout in pipeline mode (0: the library default, 200ms)")
@@ -99,22 +119,39 @@ func parseFlags(args []string, errOut io.Writer) (Config, bool, error) {
 // runMain runs the harness and prints its report to w.
 func runMain(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 	cfg.defaults()
-	var tw *tabwriter.Writer
+	if _, err := parseModes(cfg.Mode); err != nil {
+		return err
+	}
 	if asJSON {
 		enc := json.NewEncoder(w)
 		return Run(ctx, cfg, func(s RoundStats) { _ = enc.Encode(s) })
 	}
 	l := lockDefaultsForReport(cfg.Lock)
-	fmt.Fprintf(w, "mode=%s pods=%d callers/pod=%d load=%v rounds=%d lease=%v wait=%v\n",
-		cfg.Mode, cfg.Pods, cfg.Callers, cfg.Load, cfg.Rounds, l.Lease, l.Wait)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tcallers\tloader_calls\terrors\tfail_open\tredis_commands\tround_trips\tp50_ms\tp99_ms\tmax_ms\t")
+	op := cfg.OpTimeout
+	if op == 0 {
+		op = resilience.DefaultRedisTimeout
+	}
+	fmt.Fprintf(w, "mode=%s pods=%d keys=%d callers/pod/key=%d load=%v rounds=%d lease=%v wait=%v op_timeout=%v",
+		cfg.Mode, cfg.Pods, max(cfg.Keys, 1), cfg.Callers, cfg.Load, cfg.Rounds, l.Lease, l.Wait, op)
+	if strings.Contains(cfg.Mode, modeGocache) {
+		fmt.Fprintf(w, " gocache_local=%v", cfg.GocacheLocal)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := singleRow
+	if cfg.Keys > 0 {
+		row = burstRow
+	}
+	fmt.Fprintln(tw, row(nil))
 	var problems []string
 	err := Run(ctx, cfg, func(s RoundStats) {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t\n", s.Round, s.Callers, s.LoaderCalls,
-			s.Errors, s.FailOpen, s.RedisCommands, s.RedisCalls, s.P50ms, s.P99ms, s.Maxms)
+		fmt.Fprintln(tw, row(&s))
 		for _, p := range s.PodErrors {
-			problems = append(problems, fmt.Sprintf("round %d: %s", s.Round, p))
+			problems = append(problems, fmt.Sprintf("round %d %s: %s", s.Round, s.Mode, p))
+		}
+		if s.PodLoads != s.LoaderCalls {
+			problems = append(problems, fmt.Sprintf("round %d %s: the pods counted %d loads, their load events %d",
+				s.Round, s.Mode, s.PodLoads, s.LoaderCalls))
 		}
 	})
 	_ = tw.Flush()
@@ -122,4 +159,37 @@ func runMain(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 		fmt.Fprintln(w, "errors seen:\n  "+strings.Join(problems, "\n  "))
 	}
 	return err
+}
+
+// singleRow is a table row for a round on one key; the header for nil.
+func singleRow(s *RoundStats) string {
+	if s == nil {
+		return "round\tmode\tcallers\tloader_calls\terrors\tfail_open\tredis_commands\tround_trips\tlocks_left\tbreaker_open\tp50_ms\tp99_ms\tmax_ms\t"
+	}
+	return fmt.Sprintf("%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\t%.1f\t%.1f\t", s.Round, s.Mode, s.Callers,
+		s.LoaderCalls, s.Errors, s.FailOpen, s.RedisCommands, s.RedisCalls, s.LockKeysLeft, breakerCell(s),
+		s.P50ms, s.P99ms, s.Maxms)
+}
+
+// burstRow is a table row for a round on a burst of keys; the header for
+// nil. multi is keys loaded more than once, max the most loads of one key,
+// split keys whose callers got different values.
+func burstRow(s *RoundStats) string {
+	if s == nil {
+		return "round\tmode\tkeys\tcallers\tloads\tmulti\tmax\tsplit\terrors\tfail_open\tcmds/key\ttrips/key\tlocks_left\tlock_pttl_ms\tbreaker_open\tp50_ms\tp99_ms\tmax_ms\t"
+	}
+	return fmt.Sprintf("%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.2f\t%d\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t",
+		s.Round, s.Mode, s.Keys, s.Callers, s.LoaderCalls, s.KeysMultiLoad, s.MaxLoadsPerKey, s.KeysSplit,
+		s.Errors, s.FailOpen, s.CommandsPerKey, s.RoundTripsPerKey, s.LockKeysLeft, s.LockMaxPTTLms,
+		breakerCell(s), s.P50ms, s.P99ms, s.Maxms)
+}
+
+// breakerCell is "open/pods", with "(k at start)" when k pods began the
+// round with their breaker not closed yet.
+func breakerCell(s *RoundStats) string {
+	c := fmt.Sprintf("%d/%d", s.BreakerOpenPods, s.Pods)
+	if s.BreakerOpenAtStart > 0 {
+		c += fmt.Sprintf(" (%d at start)", s.BreakerOpenAtStart)
+	}
+	return c
 }
