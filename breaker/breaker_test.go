@@ -103,7 +103,8 @@ func TestNew_defaults(t *testing.T) {
 
 func TestBreaker_transitionsAndCallbacksInOrder(t *testing.T) {
 	rec := &recorder{}
-	b := mustNew(t, Settings{Name: "t", Failures: 2, OpenTimeout: 30 * time.Millisecond, OnStateChange: rec.on})
+	const openTimeout = 30 * time.Millisecond
+	b := mustNew(t, Settings{Name: "t", Failures: 2, OpenTimeout: openTimeout, OnStateChange: rec.on})
 	_ = call(b, errDown, 0)
 	_ = call(b, nil, 0) // a success resets the run
 	_ = call(b, errDown, 0)
@@ -111,12 +112,11 @@ func TestBreaker_transitionsAndCallbacksInOrder(t *testing.T) {
 		t.Fatal("opened without 2 consecutive failures")
 	}
 	_ = call(b, errDown, 0)
-	if err := call(b, nil, 0); !errors.Is(err, ErrOpen) || !strings.Contains(err.Error(), "(t)") {
-		t.Fatalf("open: err = %v, want ErrOpen naming the breaker", err)
-	}
-	time.Sleep(40 * time.Millisecond)
+	// A sleep only ever lasts longer than asked: past the open timeout,
+	// the next call is a probe.
+	time.Sleep(openTimeout + 10*time.Millisecond)
 	_ = call(b, errDown, 0) // failed probe: open again
-	time.Sleep(40 * time.Millisecond)
+	time.Sleep(openTimeout + 10*time.Millisecond)
 	_ = call(b, nil, 0) // good probe: closed
 	want := "closed>open,open>half-open,half-open>open,open>half-open,half-open>closed"
 	if got := rec.String(); got != want {
@@ -124,10 +124,25 @@ func TestBreaker_transitionsAndCallbacksInOrder(t *testing.T) {
 	}
 }
 
-func TestBreaker_halfOpenProbes(t *testing.T) {
-	b := mustNew(t, Settings{Failures: 1, OpenTimeout: 20 * time.Millisecond, HalfOpenProbes: 2})
+func TestBreaker_openRefusesCalls(t *testing.T) {
+	rec := &recorder{}
+	b := mustNew(t, Settings{Name: "t", Failures: 1, OpenTimeout: time.Hour, OnStateChange: rec.on})
 	_ = call(b, errDown, 0)
-	time.Sleep(30 * time.Millisecond)
+	for range 3 {
+		if err := call(b, nil, 0); !errors.Is(err, ErrOpen) || !strings.Contains(err.Error(), "(t)") {
+			t.Fatalf("open: err = %v, want ErrOpen naming the breaker", err)
+		}
+	}
+	if got := rec.String(); got != "closed>open" || b.State() != Open {
+		t.Fatalf("transitions %q, state %v; want closed>open, open", got, b.State())
+	}
+}
+
+func TestBreaker_halfOpenProbes(t *testing.T) {
+	const openTimeout = 20 * time.Millisecond
+	b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout, HalfOpenProbes: 2})
+	_ = call(b, errDown, 0)
+	time.Sleep(openTimeout + 10*time.Millisecond) // half-open from then on, until the probes end
 	d1, err1 := b.Allow()
 	d2, err2 := b.Allow()
 	_, err3 := b.Allow()
@@ -239,8 +254,11 @@ func TestBreaker_concurrentCallbacksChainInOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 300 {
+				// Three failures, then a success: each goroutine trips
+				// the breaker on its own, however the scheduler
+				// interleaves them, and the sleeps let it half-open.
 				var err error
-				if (g+i)%3 != 0 {
+				if (g+i)%4 != 0 {
 					err = errDown
 				}
 				_ = call(b, err, 0)

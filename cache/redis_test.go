@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,11 +29,20 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// namespaces counts the namespaces handed out by namespace.
+var namespaces atomic.Int64
+
+// namespace returns a namespace for t's keys on the package server that no
+// other test uses, nor another run of t in this process (go test -count).
+func namespace(t *testing.T) string {
+	return fmt.Sprintf("%s#%d", t.Name(), namespaces.Add(1))
+}
+
 // newStore returns a store on the package server in a namespace of its own.
 func newStore[V any](t *testing.T, o RedisOptions) *Redis[V] {
 	t.Helper()
 	if o.Namespace == "" {
-		o.Namespace = t.Name()
+		o.Namespace = namespace(t)
 	}
 	r, err := NewRedis[V](rdb, o)
 	if err != nil {
@@ -112,13 +122,15 @@ func TestRedis_SetGet_roundTrip(t *testing.T) {
 }
 
 func TestRedis_Set_ttl(t *testing.T) {
+	// Minutes apart, so that only a hang between Set and PTTL could blur
+	// the two cases.
 	tests := []struct {
 		name                string
 		expires, staleUntil time.Duration // from now
 		want                time.Duration
 	}{
-		{"stale-until decides", 5 * time.Second, 10 * time.Second, 10 * time.Second},
-		{"expires when stale-until is earlier", 10 * time.Second, 5 * time.Second, 10 * time.Second},
+		{"stale-until decides", 5 * time.Minute, 10 * time.Minute, 10 * time.Minute},
+		{"expires when stale-until is earlier", 10 * time.Minute, 5 * time.Minute, 10 * time.Minute},
 	}
 	r := newStore[string](t, RedisOptions{})
 	ctx := testCtx(t)
@@ -133,7 +145,7 @@ func TestRedis_Set_ttl(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pttl <= tt.want-time.Second || pttl > tt.want {
+			if pttl <= tt.want-time.Minute || pttl > tt.want {
 				t.Fatalf("PTTL = %v, want just under %v", pttl, tt.want)
 			}
 		})
@@ -154,20 +166,22 @@ func TestRedis_Set_expiredEntry(t *testing.T) {
 func TestRedis_Get_pastStaleUntilIsMiss(t *testing.T) {
 	r := newStore[string](t, RedisOptions{})
 	ctx := testCtx(t)
-	e := entry("v", 0)
-	e.Expires = time.Now().Add(50 * time.Millisecond)
-	e.StaleUntil = e.Expires
-	if _, err := r.Set(ctx, "k", e); err != nil {
+	// An entry whose stale-until has passed, kept alive in Redis as clock
+	// skew between writer and reader would: the envelope's times still
+	// decide. Set refuses such an entry, so it is written directly.
+	past := time.Now().Add(-time.Second)
+	raw := encodeEnvelope(envelope{written: past.Add(-time.Minute), expires: past, staleUntil: past, payload: []byte(`"v"`)})
+	if err := rdb.HSet(ctx, r.keys.Value("k"), rkey.FieldData, raw).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Keep the key alive in Redis past its stale-until, as clock skew between
-	// writer and reader would: the envelope's times still decide.
 	if err := rdb.PExpire(ctx, r.keys.Value("k"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond)
 	if _, f, err := r.Get(ctx, "k"); err != nil || f != Miss {
 		t.Fatalf("Get() = %v, %v; want miss, nil", f, err)
+	}
+	if r.Corrupted() != 0 {
+		t.Fatalf("Corrupted() = %d: the entry decoded badly, so the test proved nothing", r.Corrupted())
 	}
 }
 
@@ -297,9 +311,10 @@ func TestRedis_Delete(t *testing.T) {
 
 func TestRedis_prefixAndNamespaceSeparateKeys(t *testing.T) {
 	ctx := testCtx(t)
-	a := newStore[string](t, RedisOptions{Namespace: t.Name() + "-a"})
-	b := newStore[string](t, RedisOptions{Namespace: t.Name() + "-b"})
-	c := newStore[string](t, RedisOptions{Namespace: t.Name() + "-a", Prefix: "other:"})
+	ns := namespace(t)
+	a := newStore[string](t, RedisOptions{Namespace: ns + "-a"})
+	b := newStore[string](t, RedisOptions{Namespace: ns + "-b"})
+	c := newStore[string](t, RedisOptions{Namespace: ns + "-a", Prefix: "other:"})
 	if _, err := a.Set(ctx, "k", entry("a", 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +323,7 @@ func TestRedis_prefixAndNamespaceSeparateKeys(t *testing.T) {
 			t.Fatalf("Get() in another key space = %v, %v; want miss", f, err)
 		}
 	}
-	if n, err := rdb.Exists(ctx, fmt.Sprintf("hg:{%d:%s-a:k}:v", len(t.Name())+2, t.Name())).Result(); err != nil || n != 1 {
+	if n, err := rdb.Exists(ctx, fmt.Sprintf("hg:{%d:%s-a:k}:v", len(ns)+2, ns)).Result(); err != nil || n != 1 {
 		t.Fatalf("value key under the default prefix: exists = %d, %v", n, err)
 	}
 }

@@ -25,6 +25,7 @@ const (
 	callersEnv  = "HG_E2E_CALLERS" // concurrent callers in the pod
 	podsEnv     = "HG_E2E_PODS"    // pods the barrier waits for
 	barrierName = "hg-e2e:barrier" // Redis key of the start barrier
+	startedName = "hg-e2e:started" // Redis key counting the callers that have asked
 )
 
 // podReport is what a pod prints on stdout, as JSON.
@@ -79,9 +80,19 @@ func pod() (*podReport, error) {
 	}
 	defer p.Close()
 
+	stampede := os.Getenv(modeEnv) == "stampede"
 	var loads atomic.Int64
 	load := func(ctx context.Context, key string) (string, error) {
 		loads.Add(1)
+		if stampede {
+			// The load lasts until every caller of every pod has asked,
+			// and half a second more: between asking and joining this
+			// pod's flight or the lock wait, a caller has only a few
+			// lines and two Redis round trips to go.
+			if err := waitCount(ctx, client, startedName, pods*callers); err != nil {
+				return "", err
+			}
+		}
 		select { // a slow query: every caller piles up behind it
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
@@ -89,8 +100,11 @@ func pod() (*podReport, error) {
 		}
 		return "report for " + key, nil
 	}
-	if os.Getenv(modeEnv) == "stampede" {
-		if err := barrier(ctx, client, pods); err != nil {
+	if stampede {
+		if err := client.Incr(ctx, barrierName).Err(); err != nil {
+			return nil, err
+		}
+		if err := waitCount(ctx, client, barrierName, pods); err != nil {
 			return nil, err
 		}
 	}
@@ -101,6 +115,14 @@ func pod() (*podReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if stampede {
+				if err := client.Incr(ctx, startedName).Err(); err != nil {
+					mu.Lock()
+					rep.Errors = append(rep.Errors, err.Error())
+					mu.Unlock()
+					return
+				}
+			}
 			r, err := p.GetResult(ctx, os.Getenv(keyEnv), load)
 			mu.Lock()
 			defer mu.Unlock()
@@ -119,23 +141,21 @@ func pod() (*podReport, error) {
 	return rep, nil
 }
 
-// barrier waits until every pod has arrived, so that their calls meet.
-func barrier(ctx context.Context, c *redis.Client, pods int) error {
-	if err := c.Incr(ctx, barrierName).Err(); err != nil {
-		return err
-	}
+// waitCount waits until the counter at key reaches n: every pod at the
+// start barrier, or every caller asking.
+func waitCount(ctx context.Context, c *redis.Client, key string, n int) error {
 	for {
-		n, err := c.Get(ctx, barrierName).Int()
-		if err != nil {
+		got, err := c.Get(ctx, key).Int()
+		if err != nil && err != redis.Nil {
 			return err
 		}
-		if n >= pods {
+		if got >= n {
 			return nil
 		}
 		select {
 		case <-time.After(5 * time.Millisecond):
 		case <-ctx.Done():
-			return fmt.Errorf("barrier: %d of %d pods: %w", n, pods, ctx.Err())
+			return fmt.Errorf("%s: %d of %d: %w", key, got, n, ctx.Err())
 		}
 	}
 }

@@ -46,9 +46,14 @@ func TestRun_stampedeThenStaleThenDefault(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const callers = 200
+	// Each round must end within a window the TTL and the grace set: the
+	// stampede's late callers must find the value still fresh (the TTL,
+	// less its 10% jitter) and the outage round must end before the stale
+	// copy does (the grace, less the jitter). Seconds wide, they leave
+	// room for a loaded machine; only a hang would run past them.
 	var out bytes.Buffer
-	rep, err := run(ctx, Config{DatabaseURL: url, Callers: callers, TTL: time.Second,
-		Grace: time.Second, Timeout: 5 * time.Second}, &out)
+	rep, err := run(ctx, Config{DatabaseURL: url, Callers: callers, TTL: 2 * time.Second,
+		Grace: 4 * time.Second, Timeout: 5 * time.Second}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)

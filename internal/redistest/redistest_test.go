@@ -43,24 +43,30 @@ func TestServer_killRestart(t *testing.T) {
 
 func TestServer_pauseResume(t *testing.T) {
 	s := Start(t)
-	c := s.Client(func(o *redis.Options) {
+	// short gives up on a paused server soon; patient waits long enough
+	// that only a server that never answers would fail it.
+	short := s.Client(func(o *redis.Options) {
 		o.MaxRetries = -1
 		o.ReadTimeout = 200 * time.Millisecond
 	})
+	patient := s.Client(func(o *redis.Options) {
+		o.MaxRetries = -1
+		o.ReadTimeout = 30 * time.Second
+	})
 	ctx := context.Background()
-	if err := c.Ping(ctx).Err(); err != nil {
+	if err := short.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING: %v", err)
 	}
 	if err := s.Pause(); err != nil {
 		t.Fatalf("Pause: %v", err)
 	}
-	if err := c.Ping(ctx).Err(); err == nil {
+	if err := short.Ping(ctx).Err(); err == nil {
 		t.Fatal("PING to a paused server succeeded")
 	}
 	if err := s.Resume(); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
-	if err := c.Ping(ctx).Err(); err != nil {
+	if err := patient.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING after Resume: %v", err)
 	}
 }

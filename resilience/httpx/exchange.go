@@ -29,7 +29,7 @@ func (t *Transport) exchange(req *http.Request) (*http.Response, error) {
 	br := t.breakerFor(req.URL.Host)
 	retry := t.o.MaxAttempts > 1 && t.o.Idempotent(req) && (!hasBody(req) || req.GetBody != nil)
 	var bo backoff.BackOff // made on the first retry: most requests need none
-	start := time.Now()
+	start := t.now()
 	for n := 1; ; n++ { // bounded by MaxAttempts
 		areq := req
 		if n > 1 {
@@ -50,7 +50,7 @@ func (t *Transport) exchange(req *http.Request) (*http.Response, error) {
 			return resp, err
 		}
 		discard(resp)
-		if err := sleep(ctx, wait); err != nil {
+		if err := t.wait(ctx, wait); err != nil {
 			return nil, err
 		}
 	}
@@ -66,9 +66,9 @@ func (t *Transport) attempt(br *breaker.Breaker, req *http.Request) (*http.Respo
 		return nil, fmt.Errorf("httpx: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), t.o.AttemptTimeout)
-	start := time.Now()
+	start := t.now()
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
-	took := time.Since(start)
+	took := t.now().Sub(start)
 	if err != nil {
 		cancel()
 		switch {
@@ -155,14 +155,14 @@ func (t *Transport) nextWait(bo backoff.BackOff, resp *http.Response, start time
 		return 0, false
 	}
 	if resp != nil {
-		if ra, found := retryAfter(resp.Header, time.Now()); found {
+		if ra, found := retryAfter(resp.Header, t.now()); found {
 			if ra > t.o.MaxRetryAfter {
 				return 0, false
 			}
 			wait = max(wait, ra)
 		}
 	}
-	if time.Since(start)+wait > t.o.MaxElapsed {
+	if t.now().Sub(start)+wait > t.o.MaxElapsed {
 		return 0, false
 	}
 	return wait, true

@@ -28,15 +28,14 @@ type reply struct {
 
 // upstream is a real HTTP server on 127.0.0.1 that answers its n-th hit
 // (from 0) with script[n], or the script's last reply past its end. It
-// records each hit's time and request body.
+// records each hit's request body.
 type upstream struct {
 	*httptest.Server
 	script []reply
 	hits   atomic.Int32
 
-	mu     sync.Mutex // guards bodies and times
+	mu     sync.Mutex // guards bodies
 	bodies []string
-	times  []time.Time
 }
 
 func newUpstream(t *testing.T, script ...reply) *upstream {
@@ -52,7 +51,6 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.bodies = append(u.bodies, string(body))
-	u.times = append(u.times, time.Now())
 	u.mu.Unlock()
 	rp := u.script[min(n, len(u.script)-1)]
 	if rp.delay > 0 {
@@ -72,23 +70,18 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 
 func (u *upstream) host() string { return u.Listener.Addr().String() }
 
-func (u *upstream) hitTimes() []time.Time {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]time.Time(nil), u.times...)
-}
-
 func (u *upstream) requestBodies() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]string(nil), u.bodies...)
 }
 
-// bodyTracker is the transport under test's own transport: it records
-// every response body the upstream hands out, whether it was read to its
-// end and whether it was closed.
+// bodyTracker is the transport under test's own transport: it counts the
+// attempts sent through it and records every response body the upstream
+// hands out, whether it was read to its end and whether it was closed.
 type bodyTracker struct {
-	next http.RoundTripper
+	next     http.RoundTripper
+	attempts atomic.Int32
 
 	mu     sync.Mutex // guards bodies
 	bodies []*trackedBody
@@ -113,6 +106,7 @@ func (b *trackedBody) Close() error {
 }
 
 func (tr *bodyTracker) RoundTrip(req *http.Request) (*http.Response, error) {
+	tr.attempts.Add(1)
 	resp, err := tr.next.RoundTrip(req)
 	if err != nil {
 		return nil, err
@@ -153,6 +147,47 @@ func newClient(t *testing.T, o httpx.Options) (*http.Client, *httpx.Transport, *
 		t.Fatal(err)
 	}
 	return &http.Client{Transport: ht}, ht, tr
+}
+
+// fakeClock is a transport clock the test controls (see
+// [httpx.SetClock]): it stands still except in the waits between attempts,
+// which return at once and move it forward by what they were asked to
+// wait. It records those waits.
+type fakeClock struct {
+	mu    sync.Mutex // guards at and waits
+	at    time.Time
+	waits []time.Duration
+}
+
+// useFakeClock gives ht a fake clock that starts at start.
+func useFakeClock(ht *httpx.Transport, start time.Time) *fakeClock {
+	c := &fakeClock{at: start}
+	httpx.SetClock(ht, c.now, c.wait)
+	return c
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
+
+func (c *fakeClock) wait(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waits = append(c.waits, d)
+	c.at = c.at.Add(d)
+	return nil
+}
+
+// waited returns the waits asked of c so far.
+func (c *fakeClock) waited() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.waits...)
 }
 
 // fast are options whose backoff waits are short enough for tests.

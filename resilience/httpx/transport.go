@@ -1,10 +1,12 @@
 package httpx
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/resilience"
@@ -21,6 +23,11 @@ type Transport struct {
 	// breakers maps a host to its *breaker.Breaker. Read on every request,
 	// written once per host: a sync.Map keeps the reads lock-free.
 	breakers sync.Map
+
+	// now and wait are the transport's clock: time.Now and sleep, unless
+	// a test replaced them before the first request.
+	now  func() time.Time
+	wait func(ctx context.Context, d time.Duration) error
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -36,7 +43,7 @@ func New(next http.RoundTripper, o Options) (*Transport, error) {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	t := &Transport{next: next, o: o}
+	t := &Transport{next: next, o: o, now: time.Now, wait: sleep}
 	if o.CacheTTL > 0 {
 		if t.cache, err = newCache(o); err != nil {
 			return nil, fmt.Errorf("httpx: building the cache: %w", err)

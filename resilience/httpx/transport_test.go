@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,19 +48,20 @@ func TestTransport_givesUpAfterMaxAttempts(t *testing.T) {
 }
 
 func TestTransport_retryAfter(t *testing.T) {
-	// An HTTP-date has a resolution of one second: two seconds ahead is at
-	// least one second ahead once formatted.
-	date := time.Now().Add(2 * time.Second).UTC().Truncate(time.Second)
+	// The transport's clock is a fake that starts on a whole second, so
+	// that an HTTP-date (whole seconds) names an exact wait.
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	tests := []struct {
 		name       string
 		status     int
 		retryAfter string
 		hits       int32
-		notBefore  func(first time.Time) time.Time // the earliest allowed second hit
+		waits      []time.Duration // the waits between attempts
 	}{
-		{"429 seconds", 429, "1", 2, func(first time.Time) time.Time { return first.Add(time.Second) }},
-		{"503 seconds", 503, "1", 2, func(first time.Time) time.Time { return first.Add(time.Second) }},
-		{"429 HTTP-date", 429, date.Format(http.TimeFormat), 2, func(time.Time) time.Time { return date }},
+		{"429 seconds", 429, "1", 2, []time.Duration{time.Second}},
+		{"503 seconds", 503, "3", 2, []time.Duration{3 * time.Second}},
+		{"429 HTTP-date", 429, start.Add(2 * time.Second).Format(http.TimeFormat), 2, []time.Duration{2 * time.Second}},
+		{"HTTP-date in the past", 503, start.Add(-time.Hour).Format(http.TimeFormat), 2, nil},
 		{"429 longer than MaxRetryAfter", 429, "3600", 1, nil},
 	}
 	for _, tt := range tests {
@@ -67,27 +69,56 @@ func TestTransport_retryAfter(t *testing.T) {
 			u := newUpstream(t, reply{status: tt.status, retryAfter: tt.retryAfter}, reply{status: 200, body: "ok"})
 			o := fast()
 			o.MaxRetryAfter = 5 * time.Second
-			c, _, tr := newClient(t, o)
+			c, ht, tr := newClient(t, o)
+			clock := useFakeClock(ht, start)
 			code, _ := get(t, c, u.URL)
 			if n := u.hits.Load(); n != tt.hits {
 				t.Fatalf("upstream hits = %d, want %d", n, tt.hits)
 			}
 			tr.checkClosed(t)
-			if tt.notBefore == nil {
-				if code != tt.status {
-					t.Errorf("status = %d, want the upstream's %d returned as is", code, tt.status)
+			waits := clock.waited()
+			if tt.hits == 1 {
+				if code != tt.status || len(waits) != 0 {
+					t.Errorf("status = %d after waits %v, want the upstream's %d returned as is, at once", code, waits, tt.status)
 				}
 				return
 			}
 			if code != 200 {
 				t.Errorf("status = %d, want 200", code)
 			}
-			times := u.hitTimes()
-			if want := tt.notBefore(times[0]); times[1].Before(want) {
-				t.Errorf("second attempt at %v, before Retry-After allowed it (%v)", times[1], want)
+			if tt.waits == nil { // only the backoff: the Retry-After has passed
+				if len(waits) != 1 || waits[0] > o.MaxBackoff*3/2 {
+					t.Errorf("waits = %v, want one backoff of at most %v", waits, o.MaxBackoff*3/2)
+				}
+				return
+			}
+			if !slices.Equal(waits, tt.waits) {
+				t.Errorf("waits = %v, want %v: the Retry-After, which is longer than the backoff", waits, tt.waits)
 			}
 		})
 	}
+}
+
+func TestTransport_maxElapsed(t *testing.T) {
+	// Each 503 asks for 2 seconds. Starting at 0s, 2s and 4s, the
+	// attempts end when a fourth one would start at 6s, past MaxElapsed.
+	u := newUpstream(t, reply{status: 503, retryAfter: "2"})
+	o := fast()
+	o.MaxAttempts = 10
+	o.MaxElapsed = 5 * time.Second
+	o.Breaker = breaker.Settings{Failures: 100}
+	c, ht, tr := newClient(t, o)
+	clock := useFakeClock(ht, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	if code, _ := get(t, c, u.URL); code != 503 {
+		t.Errorf("status = %d, want the last 503", code)
+	}
+	if n := u.hits.Load(); n != 3 {
+		t.Errorf("upstream hits = %d, want 3", n)
+	}
+	if waits, want := clock.waited(), []time.Duration{2 * time.Second, 2 * time.Second}; !slices.Equal(waits, want) {
+		t.Errorf("waits = %v, want %v", waits, want)
+	}
+	tr.checkClosed(t)
 }
 
 func TestTransport_breakerPerHost(t *testing.T) {
@@ -225,7 +256,7 @@ func TestTransport_attemptTimeout(t *testing.T) {
 	o := fast()
 	o.MaxAttempts = 2
 	o.AttemptTimeout = 50 * time.Millisecond
-	c, ht, _ := newClient(t, o)
+	c, ht, tr := newClient(t, o)
 	_, err := c.Get(u.URL)
 	if !errors.Is(err, httpx.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want httpx.ErrTimeout and context.DeadlineExceeded", err)
@@ -234,8 +265,10 @@ func TestTransport_attemptTimeout(t *testing.T) {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Errorf("err = %v does not report Timeout()", err)
 	}
-	if n := u.hits.Load(); n != 2 {
-		t.Errorf("upstream hits = %d, want 2", n)
+	// Counted where the transport sends them: an attempt may time out
+	// before it reaches the upstream.
+	if n := tr.attempts.Load(); n != 2 {
+		t.Errorf("attempts = %d, want 2", n)
 	}
 	if s := ht.BreakerState(u.host()); s != breaker.Closed {
 		t.Errorf("breaker = %v, want closed after 2 of 5 failures", s)
@@ -243,11 +276,20 @@ func TestTransport_attemptTimeout(t *testing.T) {
 }
 
 func TestTransport_callerCancelDuringBackoff(t *testing.T) {
-	u := newUpstream(t, reply{status: 503, retryAfter: "5"})
+	u := newUpstream(t, reply{status: 503, retryAfter: "60"})
 	o := fast()
-	o.MaxRetryAfter = time.Minute
+	o.MaxRetryAfter = time.Hour
+	o.MaxElapsed = time.Hour
 	o.Breaker = breaker.Settings{Failures: 1, OpenTimeout: time.Hour}
 	c, ht, tr := newClient(t, o)
+	// The transport reports each wait between attempts, then waits for
+	// real: the test cancels once the transport has counted the 503 and
+	// is waiting out its Retry-After.
+	waiting := make(chan time.Duration, 1)
+	httpx.SetClock(ht, time.Now, func(ctx context.Context, d time.Duration) error {
+		waiting <- d
+		return httpx.Sleep(ctx, d)
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.URL, nil)
@@ -259,12 +301,16 @@ func TestTransport_callerCancelDuringBackoff(t *testing.T) {
 		}
 		errc <- err
 	}()
-	for u.hits.Load() == 0 {
-		select {
-		case err := <-errc:
-			t.Fatalf("request ended before reaching the upstream: %v", err)
-		case <-time.After(time.Millisecond):
+	select {
+	case d := <-waiting:
+		if d != time.Minute {
+			t.Errorf("waiting %v, want the Retry-After's minute", d)
 		}
+	case err := <-errc:
+		t.Fatalf("request ended without waiting to retry: %v", err)
+	}
+	if s := ht.BreakerState(u.host()); s != breaker.Open {
+		t.Errorf("breaker = %v, want open: the 503 counted before the caller left", s)
 	}
 	cancel()
 	select {
@@ -272,14 +318,11 @@ func TestTransport_callerCancelDuringBackoff(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("err = %v, want context.Canceled", err)
 		}
-	case <-time.After(4 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("request still waiting out Retry-After after its context was canceled")
 	}
 	if n := u.hits.Load(); n != 1 {
 		t.Errorf("upstream hits = %d, want 1", n)
-	}
-	if s := ht.BreakerState(u.host()); s != breaker.Open {
-		t.Errorf("breaker = %v, want open: the 503 counted before the caller left", s)
 	}
 	tr.checkClosed(t)
 }
