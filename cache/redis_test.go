@@ -442,11 +442,12 @@ func (panicky) Unmarshal([]byte, any) error { panic("unmarshal boom") }
 
 func TestRedis_codecPanics_areCodecErrors(t *testing.T) {
 	ctx := testCtx(t)
-	r := newStore[string](t, RedisOptions{Codec: panicky{}})
+	ns := namespace(t)
+	r := newStore[string](t, RedisOptions{Namespace: ns, Codec: panicky{}})
 	if _, err := r.Set(ctx, "k", entry("v", 0)); !errors.Is(err, ErrCodec) {
 		t.Fatalf("Set() with a panicking codec = %v, want ErrCodec", err)
 	}
-	good := newStore[string](t, RedisOptions{})
+	good := newStore[string](t, RedisOptions{Namespace: ns})
 	if _, err := good.Set(ctx, "k", entry("v", 0)); err != nil {
 		t.Fatal(err)
 	}
