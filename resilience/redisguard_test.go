@@ -189,7 +189,7 @@ func TestPanics_neverEscape(t *testing.T) {
 
 type panicCodec struct{}
 
-func (panicCodec) Marshal(any) ([]byte, error)  { panic("marshal boom") }
+func (panicCodec) Marshal(any) ([]byte, error) { panic("marshal boom") }
 func (panicCodec) Unmarshal([]byte, any) error { panic("unmarshal boom") }
 
 var _ cache.Codec = panicCodec{}

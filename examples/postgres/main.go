@@ -74,8 +74,10 @@ type Round struct {
 	Values map[Stats]int
 	// Errors is how many callers got an error.
 	Errors int
-	// Cause is one fallback cause seen in the round, if any.
-	Cause error
+	// Causes are the distinct fallback causes seen in the round (by
+	// message), in the order first seen: the loader's error, and once the
+	// breaker opens, its refusal.
+	Causes []error
 }
 
 // Report is what [run] observed, round by round.
@@ -188,8 +190,8 @@ func round(ctx context.Context, p *resilience.Pipeline[Stats], callers int, load
 			}
 			r.Sources[res.Source]++
 			r.Values[res.Value]++
-			if res.Cause != nil {
-				r.Cause = res.Cause
+			if res.Cause != nil && !slices.ContainsFunc(r.Causes, func(c error) bool { return c.Error() == res.Cause.Error() }) {
+				r.Causes = append(r.Causes, res.Cause)
 			}
 		})
 	}
@@ -209,8 +211,8 @@ func printRound(w io.Writer, name string, r Round) {
 	for v, n := range r.Values {
 		fmt.Fprintf(w, "  %d callers got rows=%d known=%v\n", n, v.Rows, v.Known)
 	}
-	if r.Cause != nil {
-		fmt.Fprintf(w, "  because: %v\n", r.Cause)
+	for _, c := range r.Causes {
+		fmt.Fprintf(w, "  because: %v\n", c)
 	}
 }
 
