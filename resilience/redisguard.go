@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"reflect"
-	"runtime"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,34 +13,13 @@ import (
 )
 
 // redisGuard bounds the pipeline's Redis operations: a breaker that opens
-// on a failure rate, a timeout per operation, and a bound on the operations
-// in flight.
-//
-// The bound is what keeps a burst from looking like an outage. The
-// timeout starts once an operation holds a slot, and there are no more
-// slots than the client has connections, so it measures Redis and the
-// network, not the time spent queued behind a thousand other keys in this
-// process. Operations run on the caller's goroutine: the client's own
-// deadlines (ContextTimeoutEnabled) end them.
+// on a failure rate, and the operation timeout, which the [batcher] that
+// carries the commands applies per round trip, so that it measures Redis
+// and never the time a burst's commands spent waiting for their batch.
+// Operations run on the caller's goroutine.
 type redisGuard struct {
 	br        *breaker.Breaker
 	opTimeout time.Duration
-	slots     chan struct{}
-}
-
-func newRedisGuard(br *breaker.Breaker, client redis.UniversalClient, opTimeout time.Duration) *redisGuard {
-	n := 10 * runtime.GOMAXPROCS(0) // go-redis's default pool size
-	switch c := client.(type) {
-	case *redis.Client:
-		if c.Options().PoolSize > 0 {
-			n = c.Options().PoolSize
-		}
-	case *redis.ClusterClient:
-		if c.Options().PoolSize > 0 {
-			n = c.Options().PoolSize
-		}
-	}
-	return &redisGuard{br: br, opTimeout: opTimeout, slots: make(chan struct{}, n)}
 }
 
 // guard runs one Redis operation through g. A nil g (the embedded
@@ -57,18 +35,9 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 	if err != nil {
 		return zero, err
 	}
-	select {
-	case g.slots <- struct{}{}:
-	case <-ctx.Done():
-		done(breaker.Ignore, 0)
-		return zero, ctx.Err()
-	}
-	octx, cancel := context.WithTimeout(ctx, g.opTimeout)
 	start := time.Now()
-	v, err := op(octx)
+	v, err := op(ctx)
 	took := time.Since(start)
-	cancel()
-	<-g.slots
 	switch classify(ctx, err) {
 	case errInfra:
 		done(err, took)
@@ -121,8 +90,10 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	// it or shares it, and stops hearing them when it closes.
 	unsubscribe := br.Subscribe(p.breakerObserver(nil, c.onBreaker))
 	p.closers = append(p.closers, func() error { unsubscribe(); return nil })
-	p.redisGuard = newRedisGuard(br, c.redis, o.OpTimeout)
-	l2, err := cache.NewRedis[V](c.redis, cache.RedisOptions{
+	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout}
+	// The cache and the lock send their commands through one batcher.
+	batch := newBatcher(c.redis, o.OpTimeout)
+	l2, err := cache.NewRedis[V](batch, cache.RedisOptions{
 		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec,
 		OnCorrupt: func(string, error) {
 			if p.tel.Metering() {
@@ -138,7 +109,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 		return nil
 	}
 	ls := lockDefaults(c.lock)
-	lk, err := lock.NewRedis(c.redis, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true})
+	lk, err := lock.NewRedis(batch, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true})
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
 	}

@@ -1,0 +1,199 @@
+package resilience
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the Redis commands that the pipeline's callers issue at
+// the same moment as one pipelined round trip (auto-pipelining). A burst
+// of a thousand cold keys then costs Redis a few deep pipelines instead of
+// a thousand round trips queued behind a pool of twenty connections, and a
+// lone command still goes out at once, on its caller's goroutine.
+//
+// It implements the narrow clients of package cache and package lock
+// (Scripter, HGet, Del, PTTL), so both run their commands through it
+// unchanged; go-redis's Script.Run falls back from EVALSHA to EVAL through
+// it too. Each batch runs under a deadline of its own (the Redis
+// operation timeout), which measures Redis, not the time a command waited
+// for the batch; the deadline holds on a hung server when the client has
+// ContextTimeoutEnabled. A caller whose context ends stops waiting for its
+// command, which still runs; the caller gets a fresh command holding the
+// context's error, never one the batch may still write to.
+//
+// batcher is safe for concurrent use.
+type batcher struct {
+	client  redis.UniversalClient
+	timeout time.Duration
+
+	mu       sync.Mutex // guards queue and flushers
+	queue    []*call
+	flushers int // batches being sent; at most maxFlushers
+}
+
+// maxFlushers bounds the batches in flight at once, each on a connection
+// of its own.
+const maxFlushers = 4
+
+type call struct {
+	cmd  redis.Cmder
+	done chan struct{} // closed once cmd holds its result
+}
+
+func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
+	return &batcher{client: client, timeout: timeout}
+}
+
+// process sends cmd with the next batch and waits for its result. It
+// reports false when ctx ended first: cmd then belongs to the batch.
+func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
+	c := &call{cmd: cmd, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	lead := b.flushers < maxFlushers
+	if lead {
+		b.flushers++
+	}
+	b.mu.Unlock()
+	if lead {
+		// The caller sends the batch that holds its own command (unless
+		// another sender took it first), then hands what queued meanwhile
+		// to a goroutine, so that it is not kept sending others' batches.
+		if b.send() {
+			// The goroutine ends when it finds the queue empty.
+			go b.drain()
+		}
+	}
+	select {
+	case <-c.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// send sends one batch: the whole queue. It reports whether the queue
+// filled again meanwhile, in which case the caller keeps its sender slot
+// for the goroutine that drains it; otherwise the slot is given back.
+func (b *batcher) send() (more bool) {
+	b.mu.Lock()
+	batch := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	if len(batch) > 0 {
+		b.exec(batch)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) > 0 {
+		return true
+	}
+	b.flushers--
+	return false
+}
+
+func (b *batcher) drain() {
+	for b.send() {
+	}
+}
+
+func (b *batcher) exec(batch []*call) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	if len(batch) == 1 {
+		_ = b.client.Process(ctx, batch[0].cmd)
+	} else {
+		pipe := b.client.Pipeline()
+		for _, c := range batch {
+			_ = pipe.Process(ctx, c.cmd)
+		}
+		_, _ = pipe.Exec(ctx) // each command holds its own error
+	}
+	for _, c := range batch {
+		close(c.done)
+	}
+}
+
+func (b *batcher) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	all := make([]any, 0, 3+len(keys)+len(args))
+	all = append(all, name, payload, len(keys))
+	for _, k := range keys {
+		all = append(all, k)
+	}
+	all = append(all, args...)
+	cmd := redis.NewCmd(ctx, all...)
+	if !b.process(ctx, cmd) {
+		cmd = redis.NewCmd(ctx, all...)
+		cmd.SetErr(ctx.Err())
+	}
+	return cmd
+}
+
+// Eval implements redis.Scripter.
+func (b *batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.eval(ctx, "eval", script, keys, args)
+}
+
+// EvalSha implements redis.Scripter.
+func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return b.eval(ctx, "evalsha", sha, keys, args)
+}
+
+// EvalRO implements redis.Scripter.
+func (b *batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.eval(ctx, "eval_ro", script, keys, args)
+}
+
+// EvalShaRO implements redis.Scripter.
+func (b *batcher) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return b.eval(ctx, "evalsha_ro", sha, keys, args)
+}
+
+// ScriptExists implements redis.Scripter, unbatched: it is not on any path
+// of the pipeline's.
+func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return b.client.ScriptExists(ctx, hashes...)
+}
+
+// ScriptLoad implements redis.Scripter, unbatched, like ScriptExists.
+func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return b.client.ScriptLoad(ctx, script)
+}
+
+// HGet is the read of an L2 value.
+func (b *batcher) HGet(ctx context.Context, key, field string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx, "hget", key, field)
+	if !b.process(ctx, cmd) {
+		cmd = redis.NewStringCmd(ctx, "hget", key, field)
+		cmd.SetErr(ctx.Err())
+	}
+	return cmd
+}
+
+// Del is Invalidate's delete.
+func (b *batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, "del")
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	cmd := redis.NewIntCmd(ctx, args...)
+	if !b.process(ctx, cmd) {
+		cmd = redis.NewIntCmd(ctx, args...)
+		cmd.SetErr(ctx.Err())
+	}
+	return cmd
+}
+
+// PTTL is the lock's Inspect.
+func (b *batcher) PTTL(ctx context.Context, key string) *redis.DurationCmd {
+	cmd := redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key)
+	if !b.process(ctx, cmd) {
+		cmd = redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key)
+		cmd.SetErr(ctx.Err())
+	}
+	return cmd
+}
