@@ -1,0 +1,96 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// proxyClient is a client of p that does not retry and waits at most
+// timeout for a reply.
+func proxyClient(t *testing.T, p *Proxy, timeout time.Duration) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond,
+		ReadTimeout: timeout, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestProxy_cutRestore(t *testing.T) {
+	s := Start(t)
+	p := StartProxy(t, s.Addr())
+	if p.Target() != s.Addr() {
+		t.Fatalf("Target() = %s, want %s", p.Target(), s.Addr())
+	}
+	c := proxyClient(t, p, 300*time.Millisecond)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through the proxy: %v", err)
+	}
+	p.Cut()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING on a connection opened before Cut succeeded")
+	}
+	fresh := proxyClient(t, p, 300*time.Millisecond)
+	if err := fresh.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING on a connection opened during the cut succeeded")
+	}
+	p.Restore()
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET after Restore = %q, %v; want v", got, err)
+	}
+	if err := fresh.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Restore on the client cut off: %v", err)
+	}
+}
+
+func TestProxy_delay(t *testing.T) {
+	s := Start(t)
+	p := StartProxy(t, s.Addr())
+	c := proxyClient(t, p, 5*time.Second)
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	const d = 100 * time.Millisecond
+	p.Delay(d)
+	start := time.Now()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING with a delay: %v", err)
+	}
+	// The request and the reply are each held d.
+	if took := time.Since(start); took < 2*d {
+		t.Fatalf("PING took %v with a %v delay each way, want at least %v", took, d, 2*d)
+	}
+	p.Delay(0)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after the delay was removed: %v", err)
+	}
+}
+
+func TestProxy_closeEndsConnections(t *testing.T) {
+	s := Start(t)
+	p, closeFn, err := NewProxy(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := proxyClient(t, p, 300*time.Millisecond)
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	p.Cut()
+	held := proxyClient(t, p, 300*time.Millisecond)
+	errc := make(chan error, 1)
+	go func() { errc <- held.Ping(ctx).Err() }()
+	closeFn()
+	closeFn() // twice is harmless
+	if err := <-errc; err == nil {
+		t.Fatal("PING through a closed proxy succeeded")
+	}
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING after the proxy closed succeeded")
+	}
+}
