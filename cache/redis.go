@@ -110,16 +110,25 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 	case err != nil:
 		return Entry[V]{}, Miss, fmt.Errorf("cache: get %q: %w", key, err)
 	}
+	e, f := r.Decode(key, raw)
+	return e, f, nil
+}
+
+// Decode turns the bytes stored for key (read by a script of the
+// caller's, such as package lock's TryAcquireOrGet) into an entry and its
+// freshness now, as [Redis.Get] would: bytes that do not decode are a
+// [Miss], counted and reported to OnCorrupt.
+func (r *Redis[V]) Decode(key string, raw []byte) (Entry[V], Freshness) {
 	e, err := r.decode(raw)
 	if err != nil {
 		r.corrupt(key, err)
-		return Entry[V]{}, Miss, nil
+		return Entry[V]{}, Miss
 	}
 	f := e.FreshnessAt(time.Now())
 	if f == Miss {
-		return Entry[V]{}, Miss, nil
+		return Entry[V]{}, Miss
 	}
-	return e, f, nil
+	return e, f
 }
 
 func (r *Redis[V]) decode(raw []byte) (Entry[V], error) {
@@ -191,7 +200,7 @@ func (r *Redis[V]) Corrupted() uint64 { return r.corrupted.Load() }
 // Set returns [ErrExpiredEntry] if e.StaleUntil has passed, and an error
 // matching [ErrCodec] if the value does not encode.
 func (r *Redis[V]) Set(ctx context.Context, key string, e Entry[V]) (stored bool, err error) {
-	return r.set(ctx, key, e, "")
+	return r.set(ctx, key, e, "", false)
 }
 
 // SetHeld is [Redis.Set] for the holder of key's lock (a lock.Redis lease
@@ -204,10 +213,23 @@ func (r *Redis[V]) SetHeld(ctx context.Context, key string, e Entry[V], token st
 	if token == "" {
 		return false, fmt.Errorf("cache: set %q: empty lock token", key)
 	}
-	return r.set(ctx, key, e, token)
+	return r.set(ctx, key, e, token, false)
 }
 
-func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
+// Commit is [Redis.SetHeld] that also releases the lock and announces key
+// on the namespace's channel (as package lock's notifier hears it), in the
+// same round trip: the holder's last step. The lock is released whether
+// the write won or a newer entry refused it; on [ErrLockLost] nothing is
+// written, released or announced. The holder's lease object must then be
+// told it is released (lock's Lease.Forget) so that its watchdog stops.
+func (r *Redis[V]) Commit(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
+	if token == "" {
+		return false, fmt.Errorf("cache: commit %q: empty lock token", key)
+	}
+	return r.set(ctx, key, e, token, true)
+}
+
+func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string, release bool) (stored bool, err error) {
 	if e.Fence < 0 {
 		return false, fmt.Errorf("cache: set %q: negative fence %d", key, e.Fence)
 	}
@@ -233,10 +255,15 @@ func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string
 		}
 	}
 	ms := (ttl + time.Millisecond - 1) / time.Millisecond // round up: never 0
+	channel := ""
+	if release {
+		channel = r.keys.Channel()
+	}
 	n, err := setScript.Run(ctx, r.client,
 		[]string{r.keys.Value(key), r.keys.Lock(key)},
 		strconv.FormatInt(e.Fence, 10), encodeEnvelope(env), int64(ms),
 		rkey.FieldFence, rkey.FieldData, token,
+		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key,
 	).Int()
 	switch {
 	case err != nil:

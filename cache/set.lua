@@ -10,10 +10,16 @@
 -- ARGV[4]  name of the fence field
 -- ARGV[5]  name of the data field
 -- ARGV[6]  the writer's lock token, or empty for a write without one
+-- ARGV[7]  name of the expiry field
+-- ARGV[8]  when the entry stops being fresh, Unix milliseconds
+-- ARGV[9]  with a token: an announcement channel, to release the lock and
+--          announce the key there in the same round trip; empty for neither
+-- ARGV[10] announcement message (the cache key)
 --
 -- Returns 1 when the entry was stored, 0 when a newer entry refused it, -1
 -- when the writer's lock no longer holds its token (taken over, expired,
--- or lost with Redis's keys): a holder that lost its lease writes nothing.
+-- or lost with Redis's keys): a holder that lost its lease writes nothing,
+-- releases nothing and announces nothing (its successor will).
 --
 -- Rules: a fenced write is refused below the stored entry's fence. A write
 -- without a lock (fence 0) never replaces an entry written under a lock:
@@ -48,10 +54,16 @@ elseif kind ~= 'none' then
   redis.call('DEL', KEYS[1])
 end
 
-if current and tonumber(ARGV[1]) < current then
-  return 0
+local stored = 0
+if not current or tonumber(ARGV[1]) >= current then
+  redis.call('HSET', KEYS[1], ARGV[4], ARGV[1], ARGV[5], ARGV[2], ARGV[7], ARGV[8])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  stored = 1
 end
-
-redis.call('HSET', KEYS[1], ARGV[4], ARGV[1], ARGV[5], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
+if ARGV[6] ~= '' and ARGV[9] ~= '' then
+  -- The token holds the lock (checked above): give it back and wake the
+  -- waiters, whether this write won or a newer one had.
+  redis.call('DEL', KEYS[2])
+  redis.call('PUBLISH', ARGV[9], ARGV[10])
+end
+return stored

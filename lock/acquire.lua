@@ -17,10 +17,18 @@
 -- ARGV[4]  name of the value hash's fence field
 -- ARGV[5]  dead-after in milliseconds: this holder's promise to beat more
 --          often than that
+-- ARGV[6]  the caller's clock, Unix milliseconds, to read the value too;
+--          "0" to leave the value alone
+-- ARGV[7]  name of the value hash's data field
+-- ARGV[8]  name of the value hash's expiry field (Unix milliseconds)
 --
 -- Returns {fence, how}: how is 1 for a free lock, 2 for a take-over from a
 -- dead holder, 3 for a lock key that held foreign data; or {0, age} when a
 -- live holder has it, age being the milliseconds since its last heartbeat.
+-- When ARGV[6] is not "0", a third element holds the stored value's bytes
+-- (false when there is none), and a value still fresh at ARGV[6] is
+-- returned as {-1, 0, bytes} without touching the lock: the caller needs
+-- no lock for a value that is there.
 --
 -- Fences are the larger of the Redis server clock in microseconds and one
 -- more than every fence this key has seen (the counter and the stored
@@ -44,6 +52,18 @@ local clock = redis.call('TIME')
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local now_ms = math.floor(now_us / 1000)
 
+local data = false
+if ARGV[6] ~= '0' then
+  local v = redis.pcall('HMGET', KEYS[3], ARGV[7], ARGV[8])
+  if type(v) == 'table' and not v.err then
+    data = v[1] or false
+    local expires = tonumber(v[2])
+    if data and expires and expires > tonumber(ARGV[6]) then
+      return {-1, 0, data}
+    end
+  end
+end
+
 local how = 1
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'hash' then
@@ -52,11 +72,11 @@ if kind == 'hash' then
   if cur[1] == ARGV[1] and fence_of(cur[2]) > 0 then
     -- The client retried an acquire whose reply it lost: the grant is ours.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {fence_of(cur[2]), 1}
+    return {fence_of(cur[2]), 1, data}
   elseif cur[1] and beat and dead_after then
     local age = now_ms - beat
     if age <= dead_after then
-      return {0, math.max(age, 0)}
+      return {0, math.max(age, 0), data}
     end
     how = 2
   else
@@ -76,4 +96,4 @@ if how ~= 1 then
 end
 redis.call('HSET', KEYS[1], 't', ARGV[1], 'f', f, 'h', string.format('%d', now_ms), 's', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {fence, how}
+return {fence, how, data}

@@ -117,6 +117,17 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.h.release(ctx, l.key, l.token)
 }
 
+// Forget stops the watchdog and marks the lease released without telling
+// the backend: for a holder whose lock was released by another command
+// (package cache's Commit writes the value and releases in one round
+// trip). A later Release returns nil and does nothing.
+func (l *Lease) Forget() {
+	l.stopWatchdog()
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+}
+
 // KeepAlive starts a watchdog that extends the lease, and beats, every
 // heartbeat period of the locker that granted it (for [Memory], every
 // third of the lease) until Release is called or ctx ends, so a slow

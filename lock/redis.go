@@ -158,27 +158,71 @@ func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
 	}
+	l, _, err := r.acquire(ctx, key, lease, 0)
+	return l, err
+}
+
+// TryAcquireOrGet is [Redis.TryAcquire] that also reads key's cached value
+// (as package cache stores it) in the same round trip: a waiter's or a
+// would-be holder's single look. When the value is fresh at now, it
+// returns its bytes and no lease, with fresh set, and leaves the lock
+// alone. Otherwise it tries the lock as TryAcquire does and returns the
+// stored bytes, stale or expired, alongside (nil when there are none), for
+// a caller that serves stale copies.
+func (r *Redis) TryAcquireOrGet(ctx context.Context, key string, lease time.Duration, now time.Time) (l *Lease, value []byte, fresh bool, err error) {
+	if err := checkArgs(key, lease); err != nil {
+		return nil, nil, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, false, fmt.Errorf("lock: acquire %q: %w", key, err)
+	}
+	ms := max(now.UnixMilli(), 1)
+	l, reply, err := r.acquire(ctx, key, lease, ms)
+	if len(reply) > 2 {
+		if s, ok := reply[2].(string); ok {
+			value = []byte(s)
+		}
+	}
+	if err == nil && l == nil { // {-1, 0, bytes}: fresh
+		return nil, value, true, nil
+	}
+	return l, value, false, err
+}
+
+// acquire runs acquire.lua; now is the caller's clock in Unix
+// milliseconds, or 0 to leave the value alone. It returns a nil lease and
+// a nil error for a fresh value.
+func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, now int64) (*Lease, []any, error) {
 	tok := newToken()
 	beat := min(r.heartbeat, lease/3)
 	reply, err := acquireScript.Run(ctx, r.client,
 		[]string{r.keys.Lock(key), r.keys.Fence(key), r.keys.Value(key)},
 		tok, millis(lease), millis(lease+r.retention), rkey.FieldFence, millis(2*beat),
-	).Int64Slice()
-	if err == nil && len(reply) != 2 {
-		err = fmt.Errorf("acquire script returned %d values, want 2", len(reply))
+		now, rkey.FieldData, rkey.FieldExpires,
+	).Slice()
+	var fence, how int64
+	if err == nil {
+		if len(reply) < 2 {
+			err = fmt.Errorf("acquire script returned %d values, want at least 2", len(reply))
+		} else {
+			fence, _ = reply[0].(int64)
+			how, _ = reply[1].(int64)
+		}
 	}
 	switch {
-	case err == nil && reply[0] > 0:
-		l := newLease(r, key, tok, reply[0], lease, beat)
-		l.tookOver = reply[1] != 1
-		return l, nil
+	case err == nil && fence > 0:
+		l := newLease(r, key, tok, fence, lease, beat)
+		l.tookOver = how != 1
+		return l, reply, nil
+	case err == nil && fence < 0:
+		return nil, reply, nil
 	case err == nil:
-		return nil, ErrNotAcquired
+		return nil, reply, ErrNotAcquired
 	}
 	if !isReply(err) {
 		r.cleanup(ctx, key, tok)
 	}
-	return nil, failure(ctx, "acquire", key, err)
+	return nil, nil, failure(ctx, "acquire", key, err)
 }
 
 // cleanup deletes key's lock if tok holds it. It runs on a context detached

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/internal/rkey"
 )
 
 // newBeatingLocker returns a locker whose holders beat every beat.
@@ -164,5 +165,37 @@ func TestRedisLock_foreignData_boundedHarm(t *testing.T) {
 				t.Fatalf("locks left behind: %q", left)
 			}
 		})
+	}
+}
+
+func TestRedisLock_TryAcquireOrGet_readsTheValueInTheSameRoundTrip(t *testing.T) {
+	l := newLocker(t, rdb)
+	ctx := testCtx(t)
+	now := time.Now()
+	// No value: a grant, no bytes.
+	ls, v, fresh, err := l.TryAcquireOrGet(ctx, "k", time.Minute, now)
+	if err != nil || ls == nil || v != nil || fresh {
+		t.Fatalf("TryAcquireOrGet() on a cold key = %v, %q, %v, %v; want a grant", ls, v, fresh, err)
+	}
+	// Held, with a stale value stored: not acquired, the bytes come along.
+	if err := rdb.HSet(ctx, l.keys.Value("k"), rkey.FieldData, "old", rkey.FieldExpires, now.Add(-time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, v, fresh, err := l.TryAcquireOrGet(ctx, "k", time.Minute, now); !errors.Is(err, ErrNotAcquired) || got != nil || string(v) != "old" || fresh {
+		t.Fatalf("held, stale value: %v, %q, %v, %v; want ErrNotAcquired with the stale bytes", got, v, fresh, err)
+	}
+	// A fresh value: returned, lock untouched (still the holder's).
+	if err := rdb.HSet(ctx, l.keys.Value("k"), rkey.FieldData, "new", rkey.FieldExpires, now.Add(time.Minute).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, v, fresh, err := l.TryAcquireOrGet(ctx, "k", time.Minute, now)
+	if err != nil || got != nil || string(v) != "new" || !fresh {
+		t.Fatalf("fresh value: %v, %q, %v, %v; want the bytes, fresh, no lease", got, v, fresh, err)
+	}
+	if left := lockKeys(t, rdb, t.Name()); len(left) != 0 {
+		t.Fatalf("a read of a fresh value took the lock: %q", left)
 	}
 }

@@ -306,11 +306,12 @@ func TestRedisLock_TryAcquire_retriedScriptIsIdempotent(t *testing.T) {
 	ctx := testCtx(t)
 	keys := []string{l.keys.Lock("k"), l.keys.Fence("k"), l.keys.Value("k")}
 	run := func(tok string) int64 {
-		r, err := acquireScript.Run(ctx, rdb, keys, tok, 60000, 120000, rkey.FieldFence, 2000).Int64Slice()
+		r, err := acquireScript.Run(ctx, rdb, keys, tok, 60000, 120000, rkey.FieldFence, 2000,
+			0, rkey.FieldData, rkey.FieldExpires).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r[0]
+		return r[0].(int64)
 	}
 	first := run("tok-a")
 	if again := run("tok-a"); again != first {

@@ -157,6 +157,11 @@ func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o
 		defer unsubscribe()
 		woken = ch
 	}
+	if p.rlock != nil && !p.swr && !o.refresh {
+		// One round trip reads the value and, if it is not fresh, tries
+		// the lock.
+		return o, p.lockedFetch(ctx, key, load, o, woken)
+	}
 	if p.l2 != nil {
 		e, f, err := p.l2Get(ctx, key)
 		switch {

@@ -21,6 +21,89 @@ type grant struct {
 	// (taken over, or lost with Redis's keys): the value is then not
 	// written back.
 	lost atomic.Bool
+	// released is set once the write-back released the lock too; read
+	// and written by the holder's goroutine only.
+	released bool
+}
+
+// look is one look at a key through the Redis lock: the value, and the
+// lease when the lock was granted.
+type look[V any] struct {
+	e     cache.Entry[V]
+	f     cache.Freshness
+	lease *lock.Lease
+}
+
+// lookRedis reads key's value and, unless it is fresh, tries the lock, in
+// one round trip, with a client span. It returns lock.ErrNotAcquired (with
+// the stale copy, if any) when a live holder has the lock.
+func (p *Pipeline[V]) lookRedis(ctx context.Context, key string) (look[V], error) {
+	var sp trace.Span
+	if p.tel.Tracing() {
+		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA")))
+		defer sp.End()
+	}
+	var raw []byte
+	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
+		l, v, _, err := p.rlock.TryAcquireOrGet(ctx, key, p.lockCfg.Lease, time.Now())
+		raw = v
+		return l, err
+	})
+	lk := look[V]{lease: lease}
+	if raw != nil {
+		lk.e, lk.f = p.l2.Decode(key, raw)
+	}
+	if err == nil && lease == nil && lk.f != cache.Fresh {
+		// Fresh by its expiry field, yet unusable (bytes that do not
+		// decode): a miss, so take the lock without looking at it.
+		lk.lease, err = guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
+			return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
+		})
+	}
+	if sp != nil {
+		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))
+	}
+	if err != nil && classify(ctx, err) != errNone {
+		p.failOpen(ctx, sp, "l2_get", err)
+	}
+	return lk, err
+}
+
+// lockedFetch is the shared part of a miss with the Redis lock: one look
+// (the value, else the lock), then the winner's load or the waiter's
+// wait.
+func (p *Pipeline[V]) lockedFetch(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], woken <-chan struct{}) error {
+	start := time.Now()
+	lk, err := p.lookRedis(ctx, key)
+	if err == nil && lk.lease == nil { // a fresh value: no lock needed
+		p.fillL1(key, lk.e)
+		o.res, err = fromEntry(&lk.e, SourceL2)
+		return err
+	}
+	if lk.f == cache.Stale {
+		o.stale, o.hasStale = lk.e, true
+	}
+	if err != nil && !errors.Is(err, lock.ErrNotAcquired) {
+		if ctx.Err() != nil {
+			return err
+		}
+		// Redis failed (recorded on the look's span): load without it.
+		o.failOpen(err)
+		return p.loadAndStore(ctx, key, load, nil, o)
+	}
+	var sp trace.Span
+	if p.tel.Tracing() {
+		ctx, sp = p.tel.Start(ctx, telemetry.SpanLock)
+		defer sp.End()
+	}
+	switch {
+	case err == nil:
+		p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
+		return p.holdAndLoad(ctx, key, load, lk.lease, o, false)
+	default: // lock.ErrNotAcquired
+		return p.await(ctx, sp, key, load, o, start, woken)
+	}
 }
 
 // lockedLoad is the distributed-lock stage: the winner loads, the others
@@ -39,7 +122,7 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 	switch {
 	case err == nil:
 		p.lockOutcome(ctx, sp, "acquired", start, lease)
-		return o, p.holdAndLoad(ctx, sp, key, load, lease, o)
+		return o, p.holdAndLoad(ctx, key, load, lease, o, true)
 	case errors.Is(err, lock.ErrNotAcquired):
 		return o, p.await(ctx, sp, key, load, o, start, woken)
 	case ctx.Err() != nil:
@@ -50,8 +133,14 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 
 // loadFailedOpen loads without the lock because Redis failed (err).
 func (p *Pipeline[V]) loadFailedOpen(ctx context.Context, sp trace.Span, op string, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
-	o.failOpen(err)
 	p.failOpen(ctx, sp, op, err)
+	return p.loadUnlocked(ctx, sp, err, key, load, o, start)
+}
+
+// loadUnlocked is loadFailedOpen for a failure already recorded (by
+// lookRedis, on its span).
+func (p *Pipeline[V]) loadUnlocked(ctx context.Context, sp trace.Span, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
+	o.failOpen(err)
 	p.lockOutcome(ctx, sp, "failed_open", start, nil)
 	return p.loadAndStore(ctx, key, load, nil, o)
 }
@@ -80,23 +169,31 @@ func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, 
 
 // holdAndLoad is the winner's part: re-check, load, write (only while the
 // lease holds), release and announce.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V]) error {
+//
+// recheck reads the value again first: another holder may have written it
+// between the miss and the grant. A grant by a look needs none: the same
+// script found no fresh value.
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], recheck bool) error {
 	g := &grant{lease: lease}
 	// The watchdog beats while the loader runs; release stops it.
 	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
-	defer p.release(ctx, key, lease)
-	// Another holder may have written the value between our miss and our
-	// grant.
-	e, f, err := p.sharedGet(ctx, key)
-	switch {
-	case err != nil:
-		// Redis failed between the grant and now: load, and skip the
-		// write-back, which would fail too.
-		o.failOpen(err)
-	case o.accepts(&e, f):
-		p.fillL1(key, e)
-		o.res, err = fromEntry(&e, SourceL2)
-		return err
+	defer func() {
+		if !g.released {
+			p.release(ctx, key, lease)
+		}
+	}()
+	if recheck {
+		e, f, err := p.sharedGet(ctx, key)
+		switch {
+		case err != nil:
+			// Redis failed between the grant and now: load, and skip the
+			// write-back, which would fail too.
+			o.failOpen(err)
+		case o.accepts(&e, f):
+			p.fillL1(key, e)
+			o.res, err = fromEntry(&e, SourceL2)
+			return err
+		}
 	}
 	return p.loadAndStore(ctx, key, load, g, o)
 }
@@ -109,7 +206,7 @@ func (p *Pipeline[V]) release(ctx context.Context, key string, lease *lock.Lease
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.redisGuard.bookkeepingTimeout())
 	defer cancel()
 	_ = lease.Release(rctx) // the Redis lock announces in the same round trip
-	if !p.announces {
+	if p.rlock == nil {
 		_ = p.notifier.Notify(rctx, key)
 	}
 }
@@ -158,7 +255,24 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 	default:
 	}
 	for {
-		if look {
+		if look && p.rlock != nil && !o.refresh {
+			lk, err := p.lookRedis(ctx, key)
+			switch {
+			case err == nil && lk.lease != nil:
+				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
+				return p.holdAndLoad(ctx, key, load, lk.lease, o, false)
+			case err == nil:
+				p.fillL1(key, lk.e)
+				p.lockOutcome(ctx, sp, "waited", start, nil)
+				o.res, err = fromEntry(&lk.e, SourceWaited)
+				return err
+			case errors.Is(err, lock.ErrNotAcquired):
+			case ctx.Err() != nil:
+				return err
+			default:
+				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
+			}
+		} else if look {
 			e, f, err := p.sharedGet(ctx, key)
 			switch {
 			case err != nil:
@@ -174,7 +288,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			switch {
 			case err == nil:
 				p.lockOutcome(ctx, sp, "acquired", start, lease)
-				return p.holdAndLoad(ctx, sp, key, load, lease, o)
+				return p.holdAndLoad(ctx, key, load, lease, o, true)
 			case errors.Is(err, lock.ErrNotAcquired):
 			case ctx.Err() != nil:
 				return err

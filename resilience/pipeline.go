@@ -38,9 +38,10 @@ type Pipeline[V any] struct {
 
 	locker   lock.Locker
 	notifier lock.Notifier
-	// announces is set when releasing a lease also announces the key
-	// (the Redis lock); else the pipeline notifies after the release.
-	announces bool
+	// rlock is the Redis lock (nil in the embedded default): its looks
+	// read the value and try the lock in one round trip, and its leases
+	// announce on release; without it the pipeline notifies itself.
+	rlock *lock.Redis
 	lockCfg   LockSettings
 
 	br        *breaker.Breaker

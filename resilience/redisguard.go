@@ -117,7 +117,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
 	}
-	p.locker, p.notifier, p.announces = lk, n, true
+	p.locker, p.notifier, p.rlock = lk, n, lk
 	p.closers = append(p.closers, n.Close)
 	return nil
 }

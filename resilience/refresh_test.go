@@ -30,6 +30,8 @@ func TestStaleWhileRevalidate_withRedis_refreshesOnceAcrossPipelines(t *testing.
 	}
 	time.Sleep(60 * time.Millisecond) // past the TTL, within the grace
 	c.fn = func(int64) (string, error) { return "new", nil }
+	// The refresh waits until every caller has been served the stale copy.
+	c.gate = make(chan struct{})
 	var wg sync.WaitGroup
 	for _, p := range []*Pipeline[string]{a, b, a, b} {
 		wg.Add(1)
@@ -42,6 +44,7 @@ func TestStaleWhileRevalidate_withRedis_refreshesOnceAcrossPipelines(t *testing.
 		}()
 	}
 	wg.Wait()
+	close(c.gate)
 	for _, p := range []*Pipeline[string]{a, b} {
 		waitFor(t, func() bool {
 			r, _ := p.GetResult(ctx, "k", c.load)

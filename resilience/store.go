@@ -104,11 +104,17 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g
 			defer sp.End()
 		}
 		stored, err := guard(ctx, p.redisGuard, func(ctx context.Context) (bool, error) {
-			if g != nil && p.announces { // a Redis lease: its token must still hold the lock
-				return p.l2.SetHeld(ctx, key, e, g.lease.Token())
+			if g != nil && p.rlock != nil {
+				// The holder's last step, in one round trip: write while
+				// its token holds the lock, release, announce.
+				return p.l2.Commit(ctx, key, e, g.lease.Token())
 			}
 			return p.l2.Set(ctx, key, e)
 		})
+		if g != nil && p.rlock != nil && err == nil {
+			g.lease.Forget() // released by the commit
+			g.released = true
+		}
 		switch {
 		case errors.Is(err, cache.ErrLockLost):
 			p.leaseLost(ctx, sp)

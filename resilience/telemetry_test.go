@@ -297,9 +297,8 @@ func TestTelemetry_tree_lockWinnerAndWaiter(t *testing.T) {
 resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=loader]
   resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
   resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.l2 (client) [db.operation.name=HGET db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
+    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
     resilience.lock [resilience.lock.outcome=acquired]
-      resilience.l2 (client) [db.operation.name=HGET db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
       resilience.load [resilience.attempt=1]
       resilience.writeback (client) [db.operation.name=EVALSHA db.system.name=redis]
 `)
@@ -320,11 +319,11 @@ resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.
 resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=waited]
   resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
   resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.l2 (client) [db.operation.name=HGET db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
+    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
     resilience.lock [resilience.lock.outcome=waited]
       resilience.lock.wait
-        resilience.l2 (client) [db.operation.name=HGET db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
-        resilience.l2 (client) [db.operation.name=HGET db.system.name=redis resilience.cache.freshness=fresh resilience.cache.hit=true]
+        resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
+        resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=fresh resilience.cache.hit=true]
 `)
 	waitLock := rec.spansNamed(waiter, telemetry.SpanLock)[0]
 	if ms, ok := attrOf(waitLock, telemetry.LockWaitMS); !ok || ms.AsFloat64() <= 0 {
@@ -416,7 +415,7 @@ func TestTelemetry_tree_failOpen(t *testing.T) {
 resilience.get [resilience.failed_open=true resilience.pipeline=tel resilience.source=loader]
   resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
   resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.l2 (client) [db.operation.name=HGET db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false resilience.fail_open.reason=redis_error resilience.failed_open=true] events=[failed open]
+    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false resilience.fail_open.reason=redis_error resilience.failed_open=true] events=[failed open]
     resilience.load [resilience.attempt=1]
 `)
 }

@@ -37,6 +37,10 @@ const (
 	FieldFence = "f"
 	// FieldData holds the encoded entry.
 	FieldData = "d"
+	// FieldExpires holds when the entry stops being fresh, in Unix
+	// milliseconds of the writer's clock, so that a script can tell a
+	// fresh value from a stale one without decoding it.
+	FieldExpires = "x"
 )
 
 // Space names the keys of one namespace. The zero value is not usable; build
