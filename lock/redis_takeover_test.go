@@ -12,7 +12,7 @@ import (
 // newBeatingLocker returns a locker whose holders beat every beat.
 func newBeatingLocker(t *testing.T, client RedisClient, beat time.Duration) *Redis {
 	t.Helper()
-	l, err := NewRedis(client, RedisOptions{Namespace: t.Name(), Heartbeat: beat})
+	l, err := NewRedis(client, RedisOptions{Namespace: namespace(t), Heartbeat: beat})
 	if err != nil {
 		t.Fatalf("NewRedis: %v", err)
 	}
@@ -62,8 +62,12 @@ func TestRedisLock_KeepAlive_beatingHolderIsNotTakenOver(t *testing.T) {
 	// The holder beats every 200 ms, so it is dead 400 ms after a beat;
 	// the other process's own setting is ten times longer: the holder's
 	// declaration decides.
-	holder := newBeatingLocker(t, rdb, 200*time.Millisecond)
-	other, err := NewRedis(rdb, RedisOptions{Namespace: t.Name(), Heartbeat: 2 * time.Second})
+	ns := namespace(t)
+	holder, err := NewRedis(rdb, RedisOptions{Namespace: ns, Heartbeat: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewRedis(rdb, RedisOptions{Namespace: ns, Heartbeat: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +165,7 @@ func TestRedisLock_foreignData_boundedHarm(t *testing.T) {
 				t.Fatalf("Release() = %v", err)
 			}
 			_ = next.Release(ctx)
-			if left := lockKeys(t, rdb, t.Name()); len(left) != 0 {
+			if left := lockKeys(t, rdb, l); len(left) != 0 {
 				t.Fatalf("locks left behind: %q", left)
 			}
 		})
@@ -195,7 +199,7 @@ func TestRedisLock_TryAcquireOrGet_readsTheValueInTheSameRoundTrip(t *testing.T)
 	if err != nil || got != nil || string(v) != "new" || !fresh {
 		t.Fatalf("fresh value: %v, %q, %v, %v; want the bytes, fresh, no lease", got, v, fresh, err)
 	}
-	if left := lockKeys(t, rdb, t.Name()); len(left) != 0 {
+	if left := lockKeys(t, rdb, l); len(left) != 0 {
 		t.Fatalf("a read of a fresh value took the lock: %q", left)
 	}
 }

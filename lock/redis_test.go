@@ -26,10 +26,19 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// newLocker returns a locker on client in a namespace named after the test.
+// runs numbers the namespaces of the runs of a test (go test -count=N
+// runs each test N times against the same server).
+var runs atomic.Int64
+
+// namespace returns a namespace of the test's own, new for each run.
+func namespace(t *testing.T) string {
+	return fmt.Sprintf("%s#%d", t.Name(), runs.Add(1))
+}
+
+// newLocker returns a locker on client in a namespace of the test's run.
 func newLocker(t *testing.T, client RedisClient) *Redis {
 	t.Helper()
-	l, err := NewRedis(client, RedisOptions{Namespace: t.Name()})
+	l, err := NewRedis(client, RedisOptions{Namespace: namespace(t)})
 	if err != nil {
 		t.Fatalf("NewRedis: %v", err)
 	}
@@ -45,14 +54,10 @@ func acquire(t *testing.T, l *Redis, key string, lease time.Duration) *Lease {
 	return ls
 }
 
-// lockKeys returns the lock keys of namespace left in Redis.
-func lockKeys(t *testing.T, c redis.UniversalClient, namespace string) []string {
+// lockKeys returns the lock keys of l's namespace left in Redis.
+func lockKeys(t *testing.T, c redis.UniversalClient, l *Redis) []string {
 	t.Helper()
-	ks, err := rkey.New("", namespace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := c.Keys(testCtx(t), ks.Lock("*")).Result()
+	keys, err := c.Keys(testCtx(t), l.keys.Lock("*")).Result()
 	if err != nil {
 		t.Fatalf("KEYS: %v", err)
 	}
@@ -260,7 +265,7 @@ func TestRedisLock_Fence_increasesAcrossGrants(t *testing.T) {
 }
 
 func TestRedisLock_Fence_retainedPastLease(t *testing.T) {
-	l, err := NewRedis(rdb, RedisOptions{Namespace: t.Name(), FenceRetention: time.Minute})
+	l, err := NewRedis(rdb, RedisOptions{Namespace: namespace(t), FenceRetention: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +335,7 @@ func TestRedisLock_TryAcquire_canceledContext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrBackend) || errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("TryAcquire() = %v, want only context.Canceled", err)
 	}
-	if keys := lockKeys(t, rdb, t.Name()); len(keys) != 0 {
+	if keys := lockKeys(t, rdb, l); len(keys) != 0 {
 		t.Fatalf("lock keys left: %q", keys)
 	}
 }
@@ -382,7 +387,7 @@ func TestRedisLock_TryAcquire_cancelStorm(t *testing.T) {
 	if st.cancelled == 0 || len(st.leases) == 0 {
 		t.Fatal("the storm needs both granted and cancelled acquires to test anything")
 	}
-	if left := lockKeys(t, rdb, t.Name()); len(left) != 0 {
+	if left := lockKeys(t, rdb, l); len(left) != 0 {
 		t.Fatalf("cancelled acquires orphaned %d lock(s): %q", len(left), left)
 	}
 }
@@ -501,7 +506,7 @@ func TestRedisLock_TryAcquire_lostReplyLeavesNoLock(t *testing.T) {
 			if n := rdb.Get(testCtx(t), l.keys.Fence("k")).Val(); n == "" {
 				t.Fatal("no fence counter: the script did not run in Redis")
 			}
-			if left := lockKeys(t, rdb, t.Name()); len(left) != 0 {
+			if left := lockKeys(t, rdb, l); len(left) != 0 {
 				t.Fatalf("an acquire with a lost reply orphaned %q", left)
 			}
 		})

@@ -41,8 +41,8 @@ type Pipeline[V any] struct {
 	// rlock is the Redis lock (nil in the embedded default): its looks
 	// read the value and try the lock in one round trip, and its leases
 	// announce on release; without it the pipeline notifies itself.
-	rlock *lock.Redis
-	lockCfg   LockSettings
+	rlock   *lock.Redis
+	lockCfg LockSettings
 
 	br        *breaker.Breaker
 	retry     *RetrySettings

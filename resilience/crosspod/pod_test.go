@@ -139,6 +139,12 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 	defer client.Close()
 	client.AddHook(&scriptHook{em: em, pod: cfg.Pod})
 
+	// These tests are about the lock, not about Redis timeouts: unless a
+	// test sets one, a generous operation timeout keeps a loaded
+	// machine's scheduling delays from reading as Redis failures.
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = 2 * time.Second
+	}
 	b := resilience.New[string](cfg.Name).
 		Cache(time.Minute).
 		Redis(client).
