@@ -225,12 +225,13 @@ func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, no
 	return nil, nil, failure(ctx, "acquire", key, err)
 }
 
-// cleanup deletes key's lock if tok holds it. It runs on a context detached
-// from ctx, because ctx may be the very reason the outcome is unknown, and
-// the delete must still happen after the caller has given up; its own short
-// deadline keeps a failing Redis from holding the caller long.
-func (r *Redis) cleanup(ctx context.Context, key, tok string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+// cleanup deletes key's lock if tok holds it. It runs on a context of its
+// own, not derived from ctx, because ctx may be the very reason the outcome
+// is unknown, and the delete must still happen after the caller has given
+// up; its own short deadline keeps a failing Redis from holding the caller
+// long.
+func (r *Redis) cleanup(_ context.Context, key, tok string) {
+	cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_ = releaseScript.Run(cctx, r.client, []string{r.keys.Lock(key)}, tok, "", "").Err()
 }

@@ -17,9 +17,11 @@ import (
 // It implements the narrow clients of package cache and package lock
 // (Scripter, HGet, Del, PTTL), so both run their commands through it
 // unchanged; go-redis's Script.Run falls back from EVALSHA to EVAL through
-// it too. Each batch runs under a deadline of its own (the Redis
-// operation timeout), which measures Redis, not the time a command waited
-// for the batch; the deadline holds on a hung server when the client has
+// it too. Each batch runs under a deadline of its own, set when it is
+// sent: as long as the longest time any of its commands still had (the
+// operation timeout for the pipeline's operations, more for a release), so
+// it measures Redis, not the time a command waited for the batch; the
+// deadline holds on a hung server when the client has
 // ContextTimeoutEnabled. A caller whose context ends stops waiting for its
 // command, which still runs; the caller gets a fresh command holding the
 // context's error, never one the batch may still write to.
@@ -39,9 +41,15 @@ type batcher struct {
 const maxFlushers = 4
 
 type call struct {
-	cmd  redis.Cmder
-	done chan struct{} // closed once cmd holds its result
+	cmd    redis.Cmder
+	budget time.Duration // how long the command may take, from its ctx
+	done   chan struct{} // closed once cmd holds its result
 }
+
+// budgetKey is the context key of how long a command may take once its
+// round trip starts; set by [guard]. Without it, a command may take what
+// is left of its context's deadline (a release), or the batcher's timeout.
+type budgetKey struct{}
 
 func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
 	return &batcher{client: client, timeout: timeout}
@@ -50,7 +58,12 @@ func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
 // process sends cmd with the next batch and waits for its result. It
 // reports false when ctx ended first: cmd then belongs to the batch.
 func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
-	c := &call{cmd: cmd, done: make(chan struct{})}
+	c := &call{cmd: cmd, budget: b.timeout, done: make(chan struct{})}
+	if d, ok := ctx.Value(budgetKey{}).(time.Duration); ok {
+		c.budget = d
+	} else if dl, ok := ctx.Deadline(); ok {
+		c.budget = time.Until(dl)
+	}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	lead := b.flushers < maxFlushers
@@ -101,7 +114,11 @@ func (b *batcher) drain() {
 }
 
 func (b *batcher) exec(batch []*call) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	var budget time.Duration
+	for _, c := range batch {
+		budget = max(budget, c.budget)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(budget, time.Millisecond))
 	defer cancel()
 	if len(batch) == 1 {
 		_ = b.client.Process(ctx, batch[0].cmd)

@@ -14,9 +14,9 @@ import (
 
 // redisGuard bounds the pipeline's Redis operations: a breaker that opens
 // on a failure rate, and the operation timeout, which the [batcher] that
-// carries the commands applies per round trip, so that it measures Redis
-// and never the time a burst's commands spent waiting for their batch.
-// Operations run on the caller's goroutine.
+// carries the commands applies from when their round trip starts, so that
+// it measures Redis and never the time a burst's commands spent waiting
+// for their batch. Operations run on the caller's goroutine.
 type redisGuard struct {
 	br        *breaker.Breaker
 	opTimeout time.Duration
@@ -35,8 +35,10 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 	if err != nil {
 		return zero, err
 	}
+	// The timeout travels with the command into its batch (see batcher),
+	// which starts counting it when the round trip does.
 	start := time.Now()
-	v, err := op(ctx)
+	v, err := op(context.WithValue(ctx, budgetKey{}, g.opTimeout))
 	took := time.Since(start)
 	switch classify(ctx, err) {
 	case errInfra:
