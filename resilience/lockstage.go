@@ -198,17 +198,28 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 	return p.loadAndStore(ctx, key, load, g, o)
 }
 
-// release gives the lease back and wakes the waiters. It never goes
-// through the Redis breaker and runs past the flight's end on a deadline
-// of its own: a lock left behind would hold every other process until a
-// waiter sees its holder dead.
+// release gives the lease back and wakes the waiters, on a goroutine of
+// its own (Close waits for it), so that the callers of the load need not
+// wait for it. It never goes through the Redis breaker and runs past the
+// flight's end on a deadline of its own: a lock left behind would hold
+// every other process until a waiter sees its holder dead.
 func (p *Pipeline[V]) release(ctx context.Context, key string, lease *lock.Lease) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.redisGuard.bookkeepingTimeout())
-	defer cancel()
-	_ = lease.Release(rctx) // the Redis lock announces in the same round trip
-	if p.rlock == nil {
-		_ = p.notifier.Notify(rctx, key)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	run := func() {
+		defer cancel()
+		_ = lease.Release(rctx) // the Redis lock announces in the same round trip
+		if p.rlock == nil {
+			_ = p.notifier.Notify(rctx, key)
+		}
 	}
+	if !p.bg.add() { // closing: release before Close returns
+		run()
+		return
+	}
+	go func() {
+		defer p.bg.done()
+		run()
+	}()
 }
 
 // sharedGet reads what lock waiters look at: L2, or without Redis, L1.

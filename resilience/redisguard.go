@@ -51,15 +51,10 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 	return v, err
 }
 
-// bookkeepingTimeout bounds a release or an extension, which never go
-// through the breaker: a lock left behind would hold every other process
-// for a whole lease, so they are tried even while it is open.
-func (g *redisGuard) bookkeepingTimeout() time.Duration {
-	if g == nil {
-		return time.Second
-	}
-	return max(g.opTimeout, time.Second)
-}
+// releaseTimeout bounds a release, which never goes through the breaker:
+// a lock left behind holds other processes until they see its holder
+// dead, so it is tried even while the breaker is open, and given time.
+const releaseTimeout = 5 * time.Second
 
 // wireRedis builds the Redis cache, and with Lock, the Redis lock and
 // notifier, and the guard around them.
