@@ -230,16 +230,26 @@ func (b *Breaker) Execute(fn func() error) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
+	// The clock is read only when a slow-call threshold needs it.
+	var start time.Time
+	if b.slow > 0 {
+		start = time.Now()
+	}
+	took := func() time.Duration {
+		if b.slow > 0 {
+			return time.Since(start)
+		}
+		return 0
+	}
 	ok := false
 	defer func() {
 		if !ok { // fn panicked: a failure, then the panic goes on
-			done(errors.New("breaker: call panicked"), time.Since(start))
+			done(errors.New("breaker: call panicked"), took())
 		}
 	}()
 	err = fn()
 	ok = true
-	done(err, time.Since(start))
+	done(err, took())
 	return err
 }
 
