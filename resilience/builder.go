@@ -363,8 +363,10 @@ func (b *Builder[V]) DefaultValue(v V) *Builder[V] {
 }
 
 // IsFailure decides which loader errors count against the breaker, are
-// retried and go to the fallback chain. [ErrNotFound] and the caller's own
-// cancellation never count.
+// retried (with [Builder.Retry]; RetrySettings.Retryable may narrow that
+// further) and go to the fallback chain; the others are answers, returned
+// to the caller as they are. [ErrNotFound] and the caller's own
+// cancellation never count; a timeout and a panic always do.
 // default: every other error
 func (b *Builder[V]) IsFailure(fn func(error) bool) *Builder[V] {
 	b.c.isFailure = fn

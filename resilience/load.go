@@ -59,7 +59,11 @@ func (p *Pipeline[V]) newEntry(v V, notFound bool, took time.Duration, fence int
 // returns how long the successful (or last) attempt took.
 func (p *Pipeline[V]) callLoader(ctx context.Context, key string, load LoadFunc[V]) (V, time.Duration, error) {
 	var took time.Duration
-	v, err := retry(ctx, p.retry, func(n int) (V, error) {
+	var failure func(error) bool
+	if p.isFailure != nil {
+		failure = p.countsAsFailure
+	}
+	v, err := retry(ctx, p.retry, failure, func(n int) (V, error) {
 		var v V
 		var err error
 		v, took, err = p.attempt(ctx, key, load, n)

@@ -124,7 +124,10 @@ func (s *RetrySettings) userRetryable(err error) (ok bool) {
 
 // retry runs attempt until it succeeds, fails for good, or the backoff
 // gives up. attempt gets the attempt number, from 1.
-func retry[V any](ctx context.Context, s *RetrySettings, attempt func(n int) (V, error)) (V, error) {
+//
+// failure, if not nil, is the pipeline's IsFailure test: an error that is
+// not a failure is an answer, and is not retried either.
+func retry[V any](ctx context.Context, s *RetrySettings, failure func(error) bool, attempt func(n int) (V, error)) (V, error) {
 	if s == nil {
 		v, err := attempt(1)
 		return v, unwrapPermanent(err)
@@ -132,7 +135,7 @@ func retry[V any](ctx context.Context, s *RetrySettings, attempt func(n int) (V,
 	bo := s.newBackOff(ctx)
 	for n := 1; ; n++ {
 		v, err := attempt(n)
-		if err == nil || !s.retryable(err) {
+		if err == nil || !s.retryable(err) || (failure != nil && !failure(err)) {
 			return v, unwrapPermanent(err)
 		}
 		wait := bo.NextBackOff()

@@ -82,7 +82,7 @@ func TestRetry_attemptsByError(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := fastRetry(4).withDefaults()
 			calls := 0
-			_, err := retry(context.Background(), &s, func(n int) (int, error) {
+			_, err := retry(context.Background(), &s, nil, func(n int) (int, error) {
 				calls++
 				if n != calls {
 					t.Errorf("attempt number = %d, want %d", n, calls)
@@ -106,7 +106,7 @@ func TestRetry_attemptsByError(t *testing.T) {
 func TestRetry_permanentUnwrapped(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	s := fastRetry(3).withDefaults()
-	_, err := retry(context.Background(), &s, func(int) (int, error) { return 0, Permanent(errBoom) })
+	_, err := retry(context.Background(), &s, nil, func(int) (int, error) { return 0, Permanent(errBoom) })
 	if err != errBoom {
 		t.Fatalf("err = %#v, want errBoom itself", err)
 	}
@@ -116,7 +116,7 @@ func TestRetry_succeedsAfterFailures(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	s := fastRetry(3).withDefaults()
 	calls := 0
-	v, err := retry(context.Background(), &s, func(n int) (string, error) {
+	v, err := retry(context.Background(), &s, nil, func(n int) (string, error) {
 		calls++
 		if n < 3 {
 			return "", errBoom
@@ -131,7 +131,7 @@ func TestRetry_succeedsAfterFailures(t *testing.T) {
 func TestRetry_nilSettingsRunsOnce(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	calls := 0
-	_, err := retry(context.Background(), nil, func(int) (int, error) { calls++; return 0, errBoom })
+	_, err := retry(context.Background(), nil, nil, func(int) (int, error) { calls++; return 0, errBoom })
 	if calls != 1 || !errors.Is(err, errBoom) {
 		t.Fatalf("calls = %d, err = %v; want 1 call and errBoom", calls, err)
 	}
@@ -143,7 +143,7 @@ func TestRetry_maxAttempts(t *testing.T) {
 		t.Run(fmt.Sprint(max), func(t *testing.T) {
 			s := fastRetry(max).withDefaults()
 			calls := 0
-			_, err := retry(context.Background(), &s, func(int) (int, error) { calls++; return 0, errBoom })
+			_, err := retry(context.Background(), &s, nil, func(int) (int, error) { calls++; return 0, errBoom })
 			if calls != max {
 				t.Errorf("attempts = %d, want %d", calls, max)
 			}
@@ -258,7 +258,7 @@ func TestRetry_maxElapsed(t *testing.T) {
 	s := RetrySettings{MaxAttempts: 1000, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond,
 		MaxElapsed: 50 * time.Millisecond}.withDefaults()
 	calls := 0
-	_, err := retry(context.Background(), &s, func(int) (int, error) { calls++; return 0, errBoom })
+	_, err := retry(context.Background(), &s, nil, func(int) (int, error) { calls++; return 0, errBoom })
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("err = %v, want errBoom", err)
 	}
@@ -278,7 +278,7 @@ func TestRetry_ctxCanceledDuringBackoff(t *testing.T) {
 	type out struct{ err error }
 	res := make(chan out, 1)
 	go func() {
-		_, err := retry(ctx, &s, func(int) (int, error) {
+		_, err := retry(ctx, &s, nil, func(int) (int, error) {
 			if calls.Add(1) == 1 {
 				close(attempted)
 			}
@@ -473,5 +473,30 @@ func TestPipeline_Retry_Do(t *testing.T) {
 	}
 	if n := calls.Load(); n != 3 {
 		t.Errorf("calls = %d, want 3", n)
+	}
+}
+
+// TestRetry_isFailure_answersAreNotRetried: an error that IsFailure says
+// is not a failure is an answer: not retried, not counted, not covered by
+// the fallback chain.
+func TestRetry_isFailure_answersAreNotRetried(t *testing.T) {
+	errAnswer := errors.New("no such user")
+	p := build(t, New[string]("answers").Cache(time.Minute).DefaultValue("default").
+		Retry(RetrySettings{MaxAttempts: 3, Initial: time.Millisecond}).
+		IsFailure(func(err error) bool { return !errors.Is(err, errAnswer) }))
+	c := &counter{fn: func(int64) (string, error) { return "", errAnswer }}
+	r, err := p.GetResult(context.Background(), "k", c.load)
+	if !errors.Is(err, errAnswer) || r.Source == SourceDefault {
+		t.Fatalf("GetResult() = %+v, %v; want the answer itself, not the default", r, err)
+	}
+	if n := c.calls.Load(); n != 1 {
+		t.Fatalf("loader calls = %d, want 1: an answer is not retried", n)
+	}
+	c.fn = func(n int64) (string, error) { return "", errors.New("timeout talking to the DB") }
+	if r, err := p.GetResult(context.Background(), "k2", c.load); err != nil || r.Source != SourceDefault {
+		t.Fatalf("a failure: %+v, %v; want the default", r, err)
+	}
+	if n := c.calls.Load(); n != 4 {
+		t.Fatalf("loader calls = %d, want 1 + 3 attempts for the failure", n)
 	}
 }
