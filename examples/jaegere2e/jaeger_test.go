@@ -278,7 +278,6 @@ resilience.get pipeline=e2e source=loader failed_open=false
   resilience.singleflight shared=false
     resilience.l2 db=redis hit=false
     resilience.lock outcome=acquired
-      resilience.l2 db=redis hit=false
       resilience.load
       resilience.writeback db=redis
 `)
