@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
+	"strconv"
+	"time"
 
 	"github.com/herdguard/herdguard/resilience"
 )
@@ -24,6 +25,10 @@ type snapshot struct {
 	contentLength int64
 	uncompressed  bool
 	body          []byte
+
+	received time.Time     // by the transport's clock
+	age      time.Duration // the Age the upstream gave it
+	expires  time.Time     // by the transport's clock; zero if not kept
 }
 
 // response builds a fresh response of s for req, with its own body reader.
@@ -39,14 +44,32 @@ func (s *snapshot) response(req *http.Request) *http.Response {
 	}
 }
 
+// stored builds a response of s served from the cache at now: its Age
+// header says how old it is, in whole seconds (RFC 9111 section 5.1).
+func (s *snapshot) stored(req *http.Request, now time.Time) *http.Response {
+	resp := s.response(req)
+	age := s.age + max(now.Sub(s.received), 0)
+	resp.Header.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
+	return resp
+}
+
 // errTooLarge says a response's body passed CacheMaxBody.
 var errTooLarge = errors.New("httpx: response body too large to cache")
 
-// uncachedError carries a response the cache must not keep (not 2xx, or
-// marked no-store) to every caller that shared its exchange.
-type uncachedError struct{ s *snapshot }
+// uncachedError carries a response the cache does not keep (see [judge])
+// out of the shared exchange that fetched it. It reaches every caller
+// that shared the exchange; only the caller whose request was sent
+// (owner) may use it, unless shared says all may.
+type uncachedError struct {
+	s      *snapshot
+	owner  *http.Request
+	shared bool
+}
 
 func (e *uncachedError) Error() string { return "httpx: response not cacheable: " + e.s.status }
+
+// isFor reports whether req's caller may be answered with e's response.
+func (e *uncachedError) isFor(req *http.Request) bool { return e.shared || e.owner == req }
 
 func newCache(o Options) (*resilience.Pipeline[*snapshot], error) {
 	// The pipeline's timeouts bound the shared exchange, which runs
@@ -60,38 +83,69 @@ func newCache(o Options) (*resilience.Pipeline[*snapshot], error) {
 	return b.Build()
 }
 
-// cached serves req through the cache under key. Concurrent misses share
-// one exchange, which runs on the pipeline's detached context so that one
-// caller leaving does not cancel it for the others.
-func (t *Transport) cached(req *http.Request, key string) (*http.Response, error) {
+// cached serves req through the cache under the entry key of base.
+// Concurrent misses for one key share one exchange, which runs on the
+// pipeline's detached context so that one caller leaving does not cancel
+// it for the others.
+func (t *Transport) cached(req *http.Request, base string) (*http.Response, error) {
 	// The exchange sends bodies made by GetBody; this one is never sent.
 	closeBody(req.Body)
-	r, err := t.cache.GetResult(req.Context(), key, func(ctx context.Context, _ string) (*snapshot, error) {
+	vary := t.varies.of(base)
+	key := entryKey(req, base, vary, t.o.CacheCredentials)
+	load := func(ctx context.Context, _ string) (*snapshot, error) {
 		lreq, err := replay(req.WithContext(ctx))
 		if err != nil {
 			return nil, err
 		}
-		return t.load(lreq)
-	})
+		return t.load(lreq, req, base, vary)
+	}
+	// The pipeline keeps entries for CacheTTL; a response that said it
+	// is fresh for less is dropped once its time has passed, and loaded
+	// again. The second turn only meets an expired entry if another
+	// caller stored one in between that has expired already.
+	for range 2 {
+		r, err := t.cache.GetResult(req.Context(), key, load)
+		if err == nil && r.Source == resilience.SourceL1 {
+			if now := t.now(); now.Before(r.Value.expires) {
+				return r.Value.stored(req, now), nil
+			}
+			// Detached: the entry is expired whether or not this caller
+			// stays.
+			_ = t.cache.Invalidate(context.WithoutCancel(req.Context()), key)
+			continue
+		}
+		return t.answer(req, r.Value, err)
+	}
+	return t.sendOwn(req)
+}
+
+// answer turns what the pipeline returned for a miss into req's response.
+func (t *Transport) answer(req *http.Request, s *snapshot, err error) (*http.Response, error) {
 	var ue *uncachedError
 	switch {
 	case err == nil:
-		return r.Value.response(req), nil
-	case errors.As(err, &ue):
+		return s.response(req), nil
+	case errors.As(err, &ue) && ue.isFor(req):
 		return t.fallBack(req, ue.s.response(req), nil)
-	case errors.Is(err, errTooLarge):
-		fresh, err := replay(req)
-		if err != nil {
-			return nil, err
-		}
-		return t.send(fresh)
+	case errors.As(err, &ue), errors.Is(err, errTooLarge):
+		return t.sendOwn(req)
 	}
 	return t.fallBack(req, nil, err)
 }
 
-// load runs the exchange for the cache and reads the response into a
-// snapshot.
-func (t *Transport) load(req *http.Request) (*snapshot, error) {
+// sendOwn sends req on its own, without the cache.
+func (t *Transport) sendOwn(req *http.Request) (*http.Response, error) {
+	fresh, err := replay(req)
+	if err != nil {
+		return nil, err
+	}
+	return t.send(fresh)
+}
+
+// load runs the exchange of req for the cache, on behalf of owner's
+// caller, and reads the response into a snapshot. vary is what the key
+// covers of the request's headers.
+func (t *Transport) load(req, owner *http.Request, base string, vary []string) (*snapshot, error) {
 	resp, err := t.exchange(req)
 	if err != nil {
 		return nil, err
@@ -108,26 +162,18 @@ func (t *Transport) load(req *http.Request) (*snapshot, error) {
 		status: resp.Status, statusCode: resp.StatusCode,
 		proto: resp.Proto, protoMajor: resp.ProtoMajor, protoMinor: resp.ProtoMinor,
 		header: resp.Header.Clone(), contentLength: int64(len(body)), uncompressed: resp.Uncompressed,
-		body: body,
+		body:     body,
+		received: t.now(),
 	}
+	s.age, _ = deltaSeconds(resp.Header.Get("Age"))
 	if req.Method == http.MethodHead {
 		s.contentLength = resp.ContentLength
 	}
-	if resp.StatusCode/100 != 2 || noStore(resp.Header) {
-		return nil, &uncachedError{s}
+	t.varies.learn(base, resp.Header)
+	v := judge(resp, vary, s.received, t.o.CacheTTL)
+	if v.ttl <= 0 {
+		return nil, &uncachedError{s: s, owner: owner, shared: v.shared}
 	}
+	s.expires = s.received.Add(v.ttl)
 	return s, nil
-}
-
-// noStore reports whether the response forbids caching it (RFC 9111
-// section 5.2.2.5).
-func noStore(h http.Header) bool {
-	for _, v := range h.Values("Cache-Control") {
-		for _, d := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(d), "no-store") {
-				return true
-			}
-		}
-	}
-	return false
 }

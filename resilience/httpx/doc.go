@@ -5,11 +5,12 @@
 // Each request goes through these stages, outermost first:
 //
 //   - an optional cache (Options.CacheTTL), for GET and HEAD by default,
-//     keyed by method and URL. It caches 2xx responses only, as their status,
-//     header and body bytes, and gives every caller a fresh [*http.Response]
-//     with its own body reader. Concurrent misses for one key share one
-//     upstream exchange. It is built on [resilience.Pipeline] (Cache and
-//     SingleFlight).
+//     keyed by method and URL. It keeps 2xx responses only, as their
+//     status, header and body bytes, and gives every caller a fresh
+//     [*http.Response] with its own body reader. Concurrent misses for one
+//     key share one upstream exchange. It follows RFC 9111's rules for a
+//     shared cache (see "The cache" below), and is built on
+//     [resilience.Pipeline] (Cache and SingleFlight).
 //   - retries, for idempotent requests only (GET, HEAD, OPTIONS, TRACE, PUT
 //     and DELETE, as RFC 9110 section 9.2.2 defines them, and any request
 //     carrying an Idempotency-Key header, as net/http does), on transport
@@ -20,10 +21,13 @@
 //     attempt. A request body is replayed only through Request.GetBody: a
 //     request with a body but no GetBody is sent once.
 //   - a circuit breaker per host ([breaker.Breaker], created on first use).
-//     Transport errors, attempt timeouts and 5xx responses count as
-//     failures; 4xx responses (429 included) do not: they say the request
-//     was wrong, not that the host is sick. Every attempt is counted, so an
-//     open breaker also stops the retries at once.
+//     Transport errors, attempt timeouts, 5xx and 429 responses count as
+//     failures: a host that throttles is overloaded, and leaving it alone
+//     helps it recover. Other 4xx responses do not count: they say the
+//     request was wrong, not that the host is sick. Every attempt is
+//     counted, so an open breaker also stops the retries at once.
+//     [Transport.Breakers] (or [Breakers], given the client) reports the
+//     state of each host's breaker.
 //   - a timeout per attempt (Options.AttemptTimeout), which also bounds
 //     reading the body of the response returned, as [http.Client.Timeout]
 //     does.
@@ -41,4 +45,32 @@
 // Non-idempotent requests (POST, PATCH) get the breaker, the timeout and the
 // fallback, but are neither retried nor cached unless Options.Idempotent or
 // Options.CacheKey say otherwise.
+//
+// # The cache
+//
+// The cache serves many users, so it follows RFC 9111's rules for a shared
+// cache:
+//
+//   - requests carrying Authorization or Cookie bypass it, unless
+//     Options.CacheCredentials keys them by (a digest of) those headers;
+//     so do requests whose Cache-Control says no-store, no-cache or
+//     max-age=0, or that send "Pragma: no-cache".
+//   - a response is reused, whether kept or handed to the other callers
+//     that shared its exchange, only if nothing ties it to the request
+//     that fetched it: no Cache-Control private, no-store or no-cache, no
+//     Set-Cookie, and no Vary: *. A response that is not reused reaches
+//     only the caller whose request was sent; the others send their own.
+//   - Vary is respected: once a response names the request headers it
+//     varies on, the key of that URL includes those headers' values. The
+//     response that revealed them is not kept under the old key.
+//   - s-maxage (which wins, the cache being shared), else max-age, else
+//     Expires minus Date, less the Age header, bound how long a response
+//     is kept below CacheTTL; a response stale on arrival is not kept.
+//     Without those, only 200, 203 and 204 are kept (for CacheTTL), other
+//     2xx (206 never) only with an explicit lifetime or "public". A response
+//     served from the cache carries an Age header. The cache never
+//     revalidates.
+//
+// A request that bypasses the cache, and a response the cache does not
+// keep, go through the other stages as usual.
 package httpx

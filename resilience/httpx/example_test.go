@@ -89,3 +89,38 @@ func ExampleNew() {
 	// 502 open
 	// true
 }
+
+func ExampleBreakers() {
+	// An upstream that throttles every request.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+
+	client, err := httpx.NewClient(nil, httpx.Options{
+		MaxAttempts: 1,
+		Breaker:     breaker.Settings{Failures: 2, OpenTimeout: time.Minute},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.CloseIdleConnections()
+
+	for range 2 {
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode)
+	}
+	for host, state := range httpx.Breakers(client) {
+		fmt.Println(host == srv.Listener.Addr().String(), state)
+	}
+	// Output:
+	// 429
+	// 429
+	// true open
+}

@@ -83,7 +83,7 @@ func (t *Transport) attempt(br *breaker.Breaker, req *http.Request) (*http.Respo
 		done(err, took)
 		return nil, err
 	}
-	if resp.StatusCode >= 500 {
+	if failedStatus(resp.StatusCode) { // 5xx and 429: the host is unwell
 		done(statusError(resp), took)
 	} else {
 		done(nil, took)

@@ -23,6 +23,7 @@ type reply struct {
 	status     int
 	retryAfter string
 	body       string
+	header     http.Header   // more response headers
 	delay      time.Duration // waits this long (or until the request ends) first
 }
 
@@ -62,6 +63,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if rp.retryAfter != "" {
 		w.Header().Set("Retry-After", rp.retryAfter)
+	}
+	for k, v := range rp.header {
+		w.Header()[k] = v
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(rp.body)))
 	w.WriteHeader(rp.status)
@@ -181,6 +185,13 @@ func (c *fakeClock) wait(ctx context.Context, d time.Duration) error {
 	c.waits = append(c.waits, d)
 	c.at = c.at.Add(d)
 	return nil
+}
+
+// advance moves c forward by d.
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = c.at.Add(d)
 }
 
 // waited returns the waits asked of c so far.

@@ -61,20 +61,34 @@ type Options struct {
 	// failures, stay open 30 seconds, one half-open probe
 	Breaker breaker.Settings
 	// CacheTTL, if positive, turns the response cache on and keeps each
-	// cached response for that long.
+	// cached response for at most that long: less when the response's
+	// s-maxage, max-age or Expires says so.
 	// default: 0 (no cache)
 	CacheTTL time.Duration
 	// CacheKey decides which requests go through the cache, under which
-	// key. It is only called when CacheTTL is positive. A request with a
-	// body but no GetBody is never cached.
+	// key. It is only called when CacheTTL is positive, and only for
+	// requests the cache rules let through (see the package
+	// documentation): those rules, such as leaving out requests with
+	// credentials or answering Vary, apply whatever CacheKey says. A
+	// request with a body but no GetBody is never cached.
 	// default: [DefaultCacheKey]
 	CacheKey func(req *http.Request) (key string, ok bool)
+	// CacheCredentials lets requests that carry an Authorization or a
+	// Cookie header through the cache. Each is then kept under a key that
+	// includes a digest of those headers, so that a response is reused
+	// only for a request with the same credentials; the response rules
+	// still apply (a private or Set-Cookie response is never kept). Leave
+	// it off unless the upstream's answers to one set of credentials are
+	// meant to be reused for them.
+	// default: false (requests with credentials bypass the cache)
+	CacheCredentials bool
 	// CacheMaxBody is the largest body the cache keeps. A response with a
 	// larger body is not cached: each caller that shared its exchange
 	// sends the request again on its own, without the cache.
 	// default: 1 MiB
 	CacheMaxBody int64
-	// CacheMaxEntries bounds how many responses the cache holds.
+	// CacheMaxEntries bounds how many responses the cache holds, and
+	// apart from them how many keys' Vary headers it remembers.
 	// default: 10,000 (resilience.DefaultMaxEntries)
 	CacheMaxEntries int
 	// Fallback, if not nil, answers a request that the breaker refused or
@@ -117,6 +131,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.CacheTTL == 0 && o.CacheKey != nil {
 		bad("CacheKey is set but CacheTTL is 0: set CacheTTL to turn the cache on")
+	}
+	if o.CacheTTL == 0 && o.CacheCredentials {
+		bad("CacheCredentials is set but CacheTTL is 0: set CacheTTL to turn the cache on")
 	}
 	if _, err := breaker.New(o.Breaker); err != nil {
 		bad("Breaker: %v", err)
@@ -172,9 +189,10 @@ func IsIdempotent(req *http.Request) bool {
 }
 
 // DefaultCacheKey caches GET and HEAD requests under method + " " + URL.
-// It leaves out requests whose response may depend on more than the URL in
-// a way a shared cache must respect (RFC 9111): those with an Authorization
-// or Range header, and those with a body.
+// It leaves out requests whose response is not the whole resource or
+// depends on more than the URL and the request headers: those with a
+// Range header, and those with a body. Requests with credentials are left
+// out by the transport itself, unless Options.CacheCredentials.
 func DefaultCacheKey(req *http.Request) (string, bool) {
 	method := req.Method
 	if method == "" {
@@ -183,7 +201,7 @@ func DefaultCacheKey(req *http.Request) (string, bool) {
 	if method != http.MethodGet && method != http.MethodHead {
 		return "", false
 	}
-	if req.Header.Get("Authorization") != "" || req.Header.Get("Range") != "" || hasBody(req) {
+	if len(req.Header.Values("Range")) > 0 || hasBody(req) {
 		return "", false
 	}
 	return method + " " + req.URL.String(), true

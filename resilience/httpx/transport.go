@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -16,9 +15,10 @@ import (
 // retries, a breaker per host and per-attempt timeouts; see the package
 // documentation. It is safe for concurrent use.
 type Transport struct {
-	next  http.RoundTripper
-	o     Options                         // defaults applied
-	cache *resilience.Pipeline[*snapshot] // nil unless Options.CacheTTL
+	next   http.RoundTripper
+	o      Options                         // defaults applied
+	cache  *resilience.Pipeline[*snapshot] // nil unless Options.CacheTTL
+	varies *varies                         // nil unless Options.CacheTTL
 
 	// breakers maps a host to its *breaker.Breaker. Read on every request,
 	// written once per host: a sync.Map keeps the reads lock-free.
@@ -48,6 +48,7 @@ func New(next http.RoundTripper, o Options) (*Transport, error) {
 		if t.cache, err = newCache(o); err != nil {
 			return nil, fmt.Errorf("httpx: building the cache: %w", err)
 		}
+		t.varies = newVaries(o)
 	}
 	return t, nil
 }
@@ -76,7 +77,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req.Body)
 		return nil, errors.New("httpx: nil Request.URL")
 	}
-	if t.cache != nil && (!hasBody(req) || req.GetBody != nil) {
+	if t.cache != nil && (!hasBody(req) || req.GetBody != nil) && t.usesCache(req) {
 		if key, ok := t.o.CacheKey(req); ok {
 			return t.cached(req, key)
 		}
@@ -121,41 +122,12 @@ func (t *Transport) fallBack(req *http.Request, resp *http.Response, err error) 
 	return fr, nil
 }
 
-// failedStatus reports whether a status sends the request to the fallback
-// (and, for an idempotent request, to another attempt).
+// failedStatus reports whether a status says the host is unwell: it
+// counts against the host's breaker, sends the request to the fallback
+// and, for an idempotent request, to another attempt. 429 is one: a host
+// that throttles is overloaded, and backing off helps it recover.
 func failedStatus(code int) bool {
 	return code >= 500 || code == http.StatusTooManyRequests
-}
-
-// BreakerState returns the state of host's breaker: [breaker.Closed] for a
-// host the transport has not sent to. host is a URL's Host, with the port
-// if the URL has one.
-func (t *Transport) BreakerState(host string) breaker.State {
-	if b, ok := t.breakers.Load(host); ok {
-		return b.(*breaker.Breaker).State()
-	}
-	return breaker.Closed
-}
-
-// breakerFor returns host's breaker, creating it on first use.
-func (t *Transport) breakerFor(host string) *breaker.Breaker {
-	if b, ok := t.breakers.Load(host); ok {
-		return b.(*breaker.Breaker)
-	}
-	s := t.o.Breaker
-	if s.Name == "" {
-		s.Name = host
-	} else {
-		s.Name += " " + host
-	}
-	b, err := breaker.New(s)
-	if err != nil { // New validated these settings already
-		panic("httpx: " + err.Error())
-	}
-	// Two first requests may both create one; LoadOrStore keeps a single
-	// breaker and the other is dropped before any use.
-	actual, _ := t.breakers.LoadOrStore(host, b)
-	return actual.(*breaker.Breaker)
 }
 
 // CloseIdleConnections closes the idle connections of the wrapped

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,63 +115,6 @@ func TestTransport_maxElapsed(t *testing.T) {
 	}
 	if waits, want := clock.waited(), []time.Duration{2 * time.Second, 2 * time.Second}; !slices.Equal(waits, want) {
 		t.Errorf("waits = %v, want %v", waits, want)
-	}
-	tr.checkClosed(t)
-}
-
-func TestTransport_breakerPerHost(t *testing.T) {
-	sick := newUpstream(t, reply{status: 500, body: "down"})
-	well := newUpstream(t, reply{status: 200, body: "up"})
-	picky := newUpstream(t, reply{status: 404, body: "no such thing"})
-	o := fast()
-	o.MaxAttempts = 1
-	o.Breaker = breaker.Settings{Failures: 2, OpenTimeout: time.Hour}
-	c, ht, tr := newClient(t, o)
-
-	for range 2 {
-		if code, _ := get(t, c, sick.URL); code != 500 {
-			t.Fatalf("status = %d, want 500", code)
-		}
-	}
-	if s := ht.BreakerState(sick.host()); s != breaker.Open {
-		t.Fatalf("sick host's breaker = %v after 2 failures, want open", s)
-	}
-	_, err := c.Get(sick.URL)
-	if !errors.Is(err, breaker.ErrOpen) {
-		t.Fatalf("err = %v, want breaker.ErrOpen", err)
-	}
-	if n := sick.hits.Load(); n != 2 {
-		t.Errorf("sick host hits = %d, want 2: the open breaker sends nothing", n)
-	}
-
-	if code, body := get(t, c, well.URL); code != 200 || body != "up" {
-		t.Errorf("well host: got %d %q, want 200 \"up\"", code, body)
-	}
-	for range 5 {
-		if code, _ := get(t, c, picky.URL); code != 404 {
-			t.Fatalf("status = %d, want 404", code)
-		}
-	}
-	for _, h := range []string{well.host(), picky.host()} {
-		if s := ht.BreakerState(h); s != breaker.Closed {
-			t.Errorf("breaker of %s = %v, want closed: 2xx and 4xx are not failures", h, s)
-		}
-	}
-	tr.checkClosed(t)
-}
-
-func TestTransport_breakerOpenStopsRetries(t *testing.T) {
-	u := newUpstream(t, reply{status: 503})
-	o := fast()
-	o.MaxAttempts = 5
-	o.Breaker = breaker.Settings{Failures: 2, OpenTimeout: time.Hour}
-	c, _, tr := newClient(t, o)
-	_, err := c.Get(u.URL)
-	if !errors.Is(err, breaker.ErrOpen) {
-		t.Errorf("err = %v, want breaker.ErrOpen", err)
-	}
-	if n := u.hits.Load(); n != 2 {
-		t.Errorf("upstream hits = %d, want 2: the breaker sees every attempt", n)
 	}
 	tr.checkClosed(t)
 }
@@ -395,107 +336,6 @@ func TestTransport_fallbackError(t *testing.T) {
 	}
 }
 
-func TestTransport_cacheServesGet(t *testing.T) {
-	const body = "the same answer for everyone"
-	u := newUpstream(t, reply{status: 200, body: body, delay: 50 * time.Millisecond})
-	o := fast()
-	o.CacheTTL = time.Minute
-	c, _, tr := newClient(t, o)
-	const callers = 20
-	var wg sync.WaitGroup
-	var bad atomic.Int32
-	for range callers {
-		wg.Go(func() {
-			resp, err := c.Get(u.URL)
-			if err != nil {
-				t.Error(err)
-				bad.Add(1)
-				return
-			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			if err != nil || string(b) != body || resp.StatusCode != 200 {
-				t.Errorf("got %d %q (%v), want 200 %q", resp.StatusCode, b, err, body)
-				bad.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	// And sequentially, from the cache.
-	for range 3 {
-		if code, b := get(t, c, u.URL); code != 200 || b != body {
-			t.Errorf("cached GET = %d %q, want 200 %q", code, b, body)
-		}
-	}
-	if n := u.hits.Load(); n != 1 {
-		t.Errorf("upstream hits = %d for %d GETs, want 1", n, callers+3)
-	}
-	tr.checkClosed(t)
-}
-
-func TestTransport_cacheSkips(t *testing.T) {
-	tests := []struct {
-		name   string
-		status int
-		method string
-		header string // a request header set to "x"
-		hits   int32  // for two identical requests
-	}{
-		{"2xx GET is cached", 200, http.MethodGet, "", 1},
-		{"2xx HEAD is cached", 200, http.MethodHead, "", 1},
-		{"404 is not cached", 404, http.MethodGet, "", 2},
-		{"POST is not cached", 200, http.MethodPost, "", 2},
-		{"Authorization is not cached", 200, http.MethodGet, "Authorization", 2},
-		{"Range is not cached", 200, http.MethodGet, "Range", 2},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			u := newUpstream(t, reply{status: tt.status, body: "b"})
-			o := fast()
-			o.CacheTTL = time.Minute
-			c, _, tr := newClient(t, o)
-			for range 2 {
-				req, _ := http.NewRequest(tt.method, u.URL, nil)
-				if tt.header != "" {
-					req.Header.Set(tt.header, "x")
-				}
-				resp, err := c.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if resp.StatusCode != tt.status {
-					t.Errorf("status = %d, want %d", resp.StatusCode, tt.status)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-			if n := u.hits.Load(); n != tt.hits {
-				t.Errorf("upstream hits = %d, want %d", n, tt.hits)
-			}
-			tr.checkClosed(t)
-		})
-	}
-}
-
-func TestTransport_cacheTooLargeBody(t *testing.T) {
-	big := strings.Repeat("x", 100)
-	u := newUpstream(t, reply{status: 200, body: big})
-	o := fast()
-	o.CacheTTL = time.Minute
-	o.CacheMaxBody = 10
-	c, _, _ := newClient(t, o)
-	for range 2 {
-		if code, b := get(t, c, u.URL); code != 200 || b != big {
-			t.Fatalf("got %d and %d bytes, want 200 and the whole %d-byte body", code, len(b), len(big))
-		}
-	}
-	// Each GET loads for the cache, finds the body too large, then sends
-	// on its own.
-	if n := u.hits.Load(); n != 4 {
-		t.Errorf("upstream hits = %d, want 4", n)
-	}
-}
-
 func TestNew_badOptions(t *testing.T) {
 	tests := []struct {
 		name string
@@ -510,6 +350,7 @@ func TestNew_badOptions(t *testing.T) {
 		{"negative cache body", httpx.Options{CacheMaxBody: -1}, "CacheMaxBody"},
 		{"backoff cap below start", httpx.Options{InitialBackoff: time.Second, MaxBackoff: time.Millisecond}, "MaxBackoff"},
 		{"cache key without ttl", httpx.Options{CacheKey: httpx.DefaultCacheKey}, "CacheTTL"},
+		{"cache credentials without ttl", httpx.Options{CacheCredentials: true}, "CacheCredentials"},
 		{"bad breaker", httpx.Options{Breaker: breaker.Settings{OpenTimeout: -1}}, "Breaker"},
 	}
 	for _, tt := range tests {
