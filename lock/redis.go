@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -98,6 +99,8 @@ var (
 // know them (after a restart), so each operation is one round trip in the
 // steady state. Redis is safe for concurrent use.
 type Redis struct {
+	cleanups sync.WaitGroup // background deletes after unknown outcomes
+
 	client    RedisClient
 	keys      rkey.Space
 	retention time.Duration
@@ -147,10 +150,11 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 // third of the lease if that is shorter.
 //
 // When the outcome is unknown (ctx ended or the connection broke while the
-// script was in flight), TryAcquire deletes the lock by its token before it
-// returns, so that no lock is orphaned. That delete runs past ctx's end for
-// up to a second; if Redis cannot be reached for it, a lock that was set
-// expires with its lease.
+// script was in flight), TryAcquire deletes the lock by its token, so that
+// no lock is orphaned. That delete runs on a goroutine of its own, past
+// ctx's end, for up to a second, so that a caller facing a dead Redis is
+// not held for it; if Redis cannot be reached for it, a lock that was set
+// never beats, and the next TryAcquire takes it over two heartbeats later.
 func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lease, error) {
 	if err := checkArgs(key, lease); err != nil {
 		return nil, err
@@ -220,17 +224,29 @@ func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, no
 		return nil, reply, ErrNotAcquired
 	}
 	if !isReply(err) {
-		r.cleanup(ctx, key, tok)
+		// The goroutine ends with the delete, which cleanupTimeout bounds;
+		// Wait waits for it.
+		r.cleanups.Add(1)
+		go func() {
+			defer r.cleanups.Done()
+			r.cleanup(key, tok)
+		}()
 	}
 	return nil, nil, failure(ctx, "acquire", key, err)
 }
+
+// Wait waits for the deletes that follow acquires whose outcome was
+// unknown (see [Redis.TryAcquire]), each bounded by a second. The owner of
+// a Redis calls it when done with it, so that nothing it started outlives
+// it; the Redis stays usable.
+func (r *Redis) Wait() { r.cleanups.Wait() }
 
 // cleanup deletes key's lock if tok holds it. It runs on a context of its
 // own, not derived from ctx, because ctx may be the very reason the outcome
 // is unknown, and the delete must still happen after the caller has given
 // up; its own short deadline keeps a failing Redis from holding the caller
 // long.
-func (r *Redis) cleanup(_ context.Context, key, tok string) {
+func (r *Redis) cleanup(key, tok string) {
 	cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_ = releaseScript.Run(cctx, r.client, []string{r.keys.Lock(key)}, tok, "", "").Err()

@@ -54,9 +54,11 @@ func acquire(t *testing.T, l *Redis, key string, lease time.Duration) *Lease {
 	return ls
 }
 
-// lockKeys returns the lock keys of l's namespace left in Redis.
+// lockKeys returns the lock keys of l's namespace left in Redis, once l's
+// background deletes have ended.
 func lockKeys(t *testing.T, c redis.UniversalClient, l *Redis) []string {
 	t.Helper()
+	l.Wait()
 	keys, err := c.Keys(testCtx(t), l.keys.Lock("*")).Result()
 	if err != nil {
 		t.Fatalf("KEYS: %v", err)

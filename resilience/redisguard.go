@@ -115,7 +115,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
 	}
 	p.locker, p.notifier, p.rlock = lk, n, lk
-	p.closers = append(p.closers, n.Close)
+	p.closers = append(p.closers, n.Close, func() error { lk.Wait(); return nil })
 	return nil
 }
 

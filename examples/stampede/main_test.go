@@ -425,6 +425,7 @@ func TestLockAcquire_cancelledMidCall_noOrphans(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	lk.Wait() // the deletes after acquires whose outcome was unknown
 	if left := scanLocks(t, rc); len(left) > 0 {
 		t.Errorf("lock keys left behind: %v", left)
 	}

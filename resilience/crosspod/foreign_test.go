@@ -121,6 +121,7 @@ func tryLock(ctx context.Context, c *redis.Client, name, key string) error {
 	if err != nil {
 		return err
 	}
+	defer lk.Wait()
 	l, err := lk.TryAcquire(ctx, key, time.Second)
 	if err != nil {
 		return err
