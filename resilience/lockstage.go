@@ -64,7 +64,10 @@ func (p *Pipeline[V]) lookRedis(ctx context.Context, key string) (look[V], error
 	if sp != nil {
 		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))
 	}
-	if err != nil && classify(ctx, err) != errNone {
+	switch classify(ctx, err) {
+	case errData:
+		p.corrupt(ctx, sp, err)
+	case errInfra, errRefused, errCanceled:
 		p.failOpen(ctx, sp, "l2_get", err)
 	}
 	return lk, err
@@ -85,11 +88,15 @@ func (p *Pipeline[V]) lockedFetch(ctx context.Context, key string, load LoadFunc
 		o.stale, o.hasStale = lk.e, true
 	}
 	if err != nil && !errors.Is(err, lock.ErrNotAcquired) {
-		if ctx.Err() != nil {
+		switch classify(ctx, err) {
+		case errCanceled:
 			return err
+		case errInfra, errRefused:
+			// Redis failed (recorded on the look's span): load without it.
+			o.failOpen(err)
 		}
-		// Redis failed (recorded on the look's span): load without it.
-		o.failOpen(err)
+		// A problem with this key's data (counted on the look's span) is
+		// a miss: load, without the lock, not failing open.
 		return p.loadAndStore(ctx, key, load, nil, o)
 	}
 	var sp trace.Span
@@ -280,6 +287,9 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			case errors.Is(err, lock.ErrNotAcquired):
 			case ctx.Err() != nil:
 				return err
+			case classify(ctx, err) == errData:
+				p.lockOutcome(ctx, sp, "timeout", start, nil)
+				return p.loadAndStore(ctx, key, load, nil, o)
 			default:
 				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
 			}
