@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -53,5 +54,52 @@ func TestStaleWhileRevalidate_withRedis_refreshesOnceAcrossPipelines(t *testing.
 	}
 	if got := c.calls.Load(); got != 2 {
 		t.Fatalf("loader calls = %d, want 2 (the first load and one refresh for both pipelines)", got)
+	}
+}
+
+// TestEarlyRefresh_withRedis_oneRefreshAcrossPipelines: two pipelines on
+// one Redis both decide to refresh a hot key early; one load, under the
+// lock, serves both, and the other pipeline's refresh takes its value.
+func TestEarlyRefresh_withRedis_oneRefreshAcrossPipelines(t *testing.T) {
+	srv := redistest.Start(t)
+	pod := func() *Pipeline[string] {
+		// A beta this large makes every hit refresh early.
+		p, err := New[string]("early").Cache(time.Minute).EarlyRefresh(1e9).
+			Redis(srv.Client()).Lock(LockSettings{Poll: 20 * time.Millisecond}).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b := pod(), pod()
+	c := &counter{delay: time.Millisecond}
+	ctx := context.Background()
+	if _, err := a.Get(ctx, "k", c.load); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.GetResult(ctx, "k", c.load); err != nil || r.Source != SourceL2 {
+		t.Fatalf("b: %+v %v, want the value from L2", r, err)
+	}
+	c.fn = func(int64) (string, error) { return "new", nil }
+	c.gate = make(chan struct{})
+	// a's hit starts a refresh, whose load waits at the gate holding the
+	// lock; b's hit starts one too, which must wait for a's.
+	if r, err := a.GetResult(ctx, "k", c.load); err != nil || r.Source != SourceL1 || r.Value != "v:k" {
+		t.Fatalf("a's hit: %+v %v", r, err)
+	}
+	for c.calls.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if r, err := b.GetResult(ctx, "k", c.load); err != nil || r.Source != SourceL1 || r.Value != "v:k" {
+		t.Fatalf("b's hit: %+v %v", r, err)
+	}
+	time.Sleep(50 * time.Millisecond) // b's refresh: at the lock, or not yet started
+	close(c.gate)
+	// Close waits for the refreshes.
+	if err := errors.Join(a.Close(), b.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.calls.Load(); got != 2 {
+		t.Fatalf("loader calls = %d, want 2: the first load and one early refresh for both pipelines", got)
 	}
 }
