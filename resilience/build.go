@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -14,8 +15,28 @@ import (
 	"github.com/herdguard/herdguard/telemetry"
 )
 
-// Version is the instrumentation version reported with spans and metrics.
-const Version = "0.1.0"
+// version is the instrumentation version reported with spans and metrics:
+// the module's version as the build recorded it ("(devel)" in the
+// module's own builds and tests).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Path == modulePath {
+			return bi.Main.Version
+		}
+		for _, m := range bi.Deps {
+			if m.Path == modulePath {
+				if m.Replace != nil && m.Replace.Version != "" {
+					return m.Replace.Version
+				}
+				return m.Version
+			}
+		}
+	}
+	return "(devel)"
+}
+
+// modulePath is this module's path.
+const modulePath = "github.com/herdguard/herdguard"
 
 // scope is the instrumentation scope: the instrumenting package's path.
 const scope = "github.com/herdguard/herdguard/resilience"
@@ -111,7 +132,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if p.l1TTL == 0 {
 		p.l1TTL = p.ttl
 	}
-	tel, err := telemetry.New(scope, Version, c.name, c.telemetry)
+	tel, err := telemetry.New(scope, version(), c.name, c.telemetry)
 	if err != nil {
 		return nil, err
 	}

@@ -90,7 +90,7 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 	sctx := ctx
 	var sp trace.Span
 	if p.tel.Tracing() {
-		sctx, sp = p.tel.Start(ctx, telemetry.SpanSingleFlght)
+		sctx, sp = p.tel.Start(ctx, telemetry.SpanSingleFlight)
 		defer sp.End()
 	}
 	led := false

@@ -355,12 +355,12 @@ func TestTelemetry_tree_coalescedJoiner(t *testing.T) {
 			leader = rec.call("leader", func(ctx context.Context) { lr, _ = p.GetResult(ctx, key, c.load) })
 		}()
 		waitFor(t, func() bool { return c.calls.Load() == 1 })
-		before := rec.startedNamed(telemetry.SpanSingleFlght)
+		before := rec.startedNamed(telemetry.SpanSingleFlight)
 		go func() {
 			defer wg.Done()
 			joiner = rec.call("joiner", func(ctx context.Context) { jr, _ = p.GetResult(ctx, key, c.load) })
 		}()
-		waitFor(t, func() bool { return rec.startedNamed(telemetry.SpanSingleFlght) > before })
+		waitFor(t, func() bool { return rec.startedNamed(telemetry.SpanSingleFlight) > before })
 		time.Sleep(20 * time.Millisecond)
 		close(c.gate)
 		wg.Wait()
@@ -382,8 +382,8 @@ resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.
   resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
   resilience.singleflight [resilience.singleflight.shared=true] links=1
 `)
-		lead := rec.spansNamed(leader, telemetry.SpanSingleFlght)[0]
-		link := rec.spansNamed(joiner, telemetry.SpanSingleFlght)[0].Links()[0]
+		lead := rec.spansNamed(leader, telemetry.SpanSingleFlight)[0]
+		link := rec.spansNamed(joiner, telemetry.SpanSingleFlight)[0].Links()[0]
 		if link.SpanContext.TraceID() != lead.SpanContext().TraceID() || link.SpanContext.SpanID() != lead.SpanContext().SpanID() {
 			t.Fatalf("joiner links to %v, want the leader's single-flight span %v", link.SpanContext, lead.SpanContext())
 		}

@@ -49,17 +49,17 @@ const (
 
 // Span names, one per stage.
 const (
-	SpanGet         = "resilience.get"
-	SpanDo          = "resilience.do"
-	SpanL1          = "resilience.l1"
-	SpanSingleFlght = "resilience.singleflight"
-	SpanL2          = "resilience.l2"
-	SpanLock        = "resilience.lock"
-	SpanLockWait    = "resilience.lock.wait"
-	SpanLoad        = "resilience.load"
-	SpanWriteBack   = "resilience.writeback"
-	SpanFallback    = "resilience.fallback"
-	SpanRefresh     = "resilience.refresh"
+	SpanGet          = "resilience.get"
+	SpanDo           = "resilience.do"
+	SpanL1           = "resilience.l1"
+	SpanSingleFlight = "resilience.singleflight"
+	SpanL2           = "resilience.l2"
+	SpanLock         = "resilience.lock"
+	SpanLockWait     = "resilience.lock.wait"
+	SpanLoad         = "resilience.load"
+	SpanWriteBack    = "resilience.writeback"
+	SpanFallback     = "resilience.fallback"
+	SpanRefresh      = "resilience.refresh"
 )
 
 // Database conventions for Redis client spans.
