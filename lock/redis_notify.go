@@ -96,6 +96,23 @@ func (n *RedisNotifier) Ready(ctx context.Context) error {
 	}
 }
 
+// Subscribed reports whether Redis has confirmed the subscription (once;
+// go-redis re-subscribes by itself after a broken connection) and the
+// notifier is not closed.
+func (n *RedisNotifier) Subscribed() bool {
+	select {
+	case <-n.done:
+		return false
+	default:
+	}
+	select {
+	case <-n.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // Notify publishes key on the namespace's channel. A Redis failure is a
 // [*BackendError] with Op "notify"; an ended ctx returns ctx's error.
 func (n *RedisNotifier) Notify(ctx context.Context, key string) error {

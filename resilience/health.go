@@ -1,0 +1,36 @@
+package resilience
+
+import (
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/lock"
+)
+
+// Health is a snapshot of what a pipeline depends on, for a readiness
+// probe or an admin page.
+type Health struct {
+	// Breakers holds the state of each of the pipeline's breakers by
+	// name: the loader's (named after the pipeline unless
+	// breaker.Settings.Name says otherwise) with Breaker, and the Redis
+	// one ("redis" unless named otherwise) with Redis.
+	Breakers map[string]breaker.State
+	// Subscribed is set when the pipeline, with Redis and Lock, has its
+	// announcement subscription confirmed by Redis. Without it, waiters
+	// fall back to their poll.
+	Subscribed bool
+}
+
+// Health reports the state of the pipeline's breakers and of its Redis
+// subscription. It is cheap and safe for concurrent use.
+func (p *Pipeline[V]) Health() Health {
+	h := Health{Breakers: map[string]breaker.State{}}
+	if p.br != nil {
+		h.Breakers[p.br.Name()] = p.br.State()
+	}
+	if p.redisGuard != nil {
+		h.Breakers[p.redisGuard.br.Name()] = p.redisGuard.br.State()
+	}
+	if n, ok := p.notifier.(*lock.RedisNotifier); ok {
+		h.Subscribed = n.Subscribed()
+	}
+	return h
+}
