@@ -137,6 +137,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		return nil, err
 	}
 	p.tel = tel
+	p.logs = logs{l: c.logger, pipeline: c.name}
 	if c.retryOn {
 		r := c.retry.withDefaults()
 		p.retry = &r

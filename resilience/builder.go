@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -156,6 +157,7 @@ type config[V any] struct {
 	defaultFn func(ctx context.Context, key string, cause error) (V, error)
 	isFailure func(error) bool
 	onBreaker func(name string, from, to breaker.State)
+	logger    *slog.Logger
 	telemetry telemetry.Config
 	errs      []*ConfigError
 }
@@ -372,6 +374,14 @@ func (b *Builder[V]) IsFailure(fn func(error) bool) *Builder[V] {
 	b.c.isFailure = fn
 	return b
 }
+
+// Logger makes the pipeline log its notable events: breaker transitions
+// (each one), and, at most once a minute each, Redis failures that make
+// calls fail open (with the error: a wrong password or a missing ACL
+// permission shows here), unusable data found in Redis, and lock holders
+// that lost their lease. Keys are never logged.
+// default: nil (no logs)
+func (b *Builder[V]) Logger(l *slog.Logger) *Builder[V] { b.c.logger = l; return b }
 
 // Telemetry sets the providers and key policy; see [telemetry.Config].
 // default: the global providers, keys off spans

@@ -49,6 +49,7 @@ type Pipeline[V any] struct {
 	fb        fallback.Chain[V]
 	isFailure func(error) bool
 	tel       *telemetry.Telemetry
+	logs      logs
 
 	ttl, l1TTL, negTTL, grace time.Duration
 	jitter                    float64

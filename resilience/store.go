@@ -53,6 +53,7 @@ func (p *Pipeline[V]) corrupt(ctx context.Context, sp trace.Span, err error) {
 	if p.tel.Metering() {
 		p.tel.Corrupt(ctx, "l2")
 	}
+	p.logs.corruptEntry(ctx)
 }
 
 // failOpen records that a call went on without Redis.
@@ -69,6 +70,7 @@ func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, er
 	if p.tel.Metering() {
 		p.tel.FailOpen(ctx, op+":"+why)
 	}
+	p.logs.failedOpen(ctx, op, why, err)
 }
 
 // fillL1 copies an entry read from L2 into L1, keeping L1's TTL no longer
@@ -146,6 +148,7 @@ func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
 	if p.tel.Metering() {
 		p.tel.FailOpen(ctx, "l2_set:lease_lost")
 	}
+	p.logs.lostLease(ctx)
 }
 
 // Invalidate removes key from the in-process cache and from Redis.
