@@ -38,6 +38,7 @@ type podSpec struct {
 	OpTimeout   time.Duration
 	BreakerOpen time.Duration
 	LoadTimeout time.Duration
+	TTL, Stale  time.Duration // see podConfig
 	// Proxy puts a redistest.Proxy of its own between the pod and
 	// target.Addr, so that the test can cut this pod's link alone.
 	Proxy bool
@@ -116,7 +117,8 @@ func startFleet(t *testing.T, name string, tgt target, specs ...podSpec) *fleet 
 	t.Cleanup(f.stop)
 	for i, s := range specs {
 		cfg := podConfig{Pod: i, Name: name, Addr: tgt.Addr, Sentinel: tgt.Sentinel, Cluster: tgt.Cluster,
-			Lock: s.Lock, OpTimeout: s.OpTimeout, BreakerOpen: s.BreakerOpen, LoadTimeout: s.LoadTimeout}
+			Lock: s.Lock, OpTimeout: s.OpTimeout, BreakerOpen: s.BreakerOpen, LoadTimeout: s.LoadTimeout,
+			TTL: s.TTL, Stale: s.Stale}
 		var proxy *redistest.Proxy
 		if s.Proxy {
 			proxy = redistest.StartProxy(t, tgt.Addr)

@@ -46,6 +46,11 @@ type podConfig struct {
 	OpTimeout   time.Duration `json:"op_timeout,omitempty"`   // Redis operation timeout
 	BreakerOpen time.Duration `json:"breaker_open,omitempty"` // Redis breaker's open time
 	LoadTimeout time.Duration `json:"load_timeout,omitempty"` // loader attempt timeout
+	// TTL is the Cache ttl (default a minute); Stale, if set, keeps
+	// values for that grace past it and serves them stale-while-
+	// revalidate.
+	TTL   time.Duration `json:"ttl,omitempty"`
+	Stale time.Duration `json:"stale,omitempty"`
 }
 
 // command is a parent -> pod message, one JSON line on the pod's stdin.
@@ -145,8 +150,12 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = 2 * time.Second
 	}
+	ttl := cfg.TTL
+	if ttl == 0 {
+		ttl = time.Minute
+	}
 	b := resilience.New[string](cfg.Name).
-		Cache(time.Minute).
+		Cache(ttl).
 		Redis(client).
 		RedisOptions(resilience.RedisOptions{OpTimeout: cfg.OpTimeout, Breaker: breaker.Settings{OpenTimeout: cfg.BreakerOpen}}).
 		Lock(cfg.Lock.settings()).
@@ -155,6 +164,9 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 		})
 	if cfg.LoadTimeout > 0 {
 		b = b.Timeout(cfg.LoadTimeout).FlightTimeout(callTimeout)
+	}
+	if cfg.Stale > 0 {
+		b = b.Jitter(0).Stale(cfg.Stale).StaleWhileRevalidate()
 	}
 	pipe, err := b.Build()
 	if err != nil {
