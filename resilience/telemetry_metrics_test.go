@@ -159,19 +159,22 @@ func TestMetrics_callsAndLoads(t *testing.T) {
 func TestMetrics_lockWaitAcrossPods(t *testing.T) {
 	s := redistest.Start(t)
 	m := newTelMeter(t)
-	pod := func() *Pipeline[string] {
-		return build(t, New[string]("m").Cache(time.Minute).Lock(LockSettings{Poll: 20 * time.Millisecond}).
-			Redis(s.Client()).MeterProvider(m.mp))
+	// A generous OpTimeout: a Redis slow to answer on a loaded machine
+	// must not make a pod fail open and load on its own.
+	pod := func() *Builder[string] {
+		return New[string]("m").Cache(time.Minute).Lock(LockSettings{Poll: 20 * time.Millisecond}).
+			Redis(s.Client()).RedisOptions(RedisOptions{OpTimeout: 10 * time.Second}).MeterProvider(m.mp)
 	}
-	podA, podB := pod(), pod()
+	rec := newTelRec(t) // podB's spans show when its wait is under way
+	podA, podB := build(t, pod()), build(t, pod().TracerProvider(rec.tp))
 	c := &counter{gate: make(chan struct{})}
 	done := make(chan Result[string], 2)
 	go func() { r, _ := podA.GetResult(context.Background(), "k", c.load); done <- r }()
 	waitFor(t, func() bool { return c.calls.Load() == 1 })
 	go func() { r, _ := podB.GetResult(context.Background(), "k", c.load); done <- r }()
-	// The waiter's wait is under way once it has looked at L2 twice or
-	// more; with no span to watch, give it time.
-	time.Sleep(100 * time.Millisecond)
+	// Once its lock wait has started, the waiter is woken by the winner's
+	// announcement: let the winner finish.
+	waitFor(t, func() bool { return rec.startedNamed(telemetry.SpanLockWait) == 1 })
 	close(c.gate)
 	srcs := map[Source]int{}
 	for range 2 {
