@@ -45,9 +45,11 @@ func TestMemory_lease_expiresAndWatchdogExtends(t *testing.T) {
 	if err := a.Release(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("release after expiry: %v, want ErrNotHeld", err)
 	}
-	w, _ := m.TryAcquire(ctx, "watched", 60*time.Millisecond)
+	// A lease of 600 ms, extended every 200 ms: a loaded machine would
+	// have to stall the watchdog for 400 ms to lose it.
+	w, _ := m.TryAcquire(ctx, "watched", 600*time.Millisecond)
 	w.KeepAlive(ctx, nil)
-	time.Sleep(200 * time.Millisecond) // over three leases
+	time.Sleep(2 * time.Second) // over three leases
 	if _, err := m.TryAcquire(ctx, "watched", time.Minute); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("watched lock was lost: %v", err)
 	}

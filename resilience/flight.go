@@ -148,6 +148,15 @@ func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		o.leadSpan = sc
 	}
+	if p.l1 != nil && !o.refresh {
+		// A caller that missed L1 just before the previous shared load
+		// filled it may lead a new one after that one ended: look again.
+		if e, f := p.l1.Lookup(key); f == cache.Fresh {
+			var err error
+			o.res, err = fromEntry(e, SourceL1)
+			return o, err
+		}
+	}
 	var woken <-chan struct{}
 	if p.locker != nil {
 		// Subscribe before the L2 read: a value that lands after a miss
