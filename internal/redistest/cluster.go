@@ -28,7 +28,14 @@ type Cluster struct {
 // registers its cleanup with tb. It fails tb if the cluster cannot form.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
-	c, closeFn, err := NewCluster(n)
+	return startCluster(tb, n, NewCluster)
+}
+
+// startCluster starts a cluster with newFn for one test and registers its
+// cleanup with tb, which quotes the nodes' logs if the test failed.
+func startCluster(tb testing.TB, n int, newFn func(int) (*Cluster, func(), error)) *Cluster {
+	tb.Helper()
+	c, closeFn, err := newFn(n)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -23,17 +23,7 @@ const replicatedNodeTimeout = 2 * time.Second
 // (cluster-node-timeout) plus the election.
 func StartReplicatedCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
-	c, closeFn, err := NewReplicatedCluster(n)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			tb.Logf("redis cluster %v:\n%s", c.Addrs(), c.logs())
-		}
-		closeFn()
-	})
-	return c
+	return startCluster(tb, n, NewReplicatedCluster)
 }
 
 // NewReplicatedCluster starts a cluster of n masters (at least 3), each
