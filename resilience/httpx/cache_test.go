@@ -15,23 +15,7 @@ import (
 // whole body and the response headers.
 func do(t *testing.T, c *http.Client, method, url string, h http.Header) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range h {
-		req.Header[k] = v
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("reading the body of %s %s: %v", method, url, err)
-	}
-	return resp.StatusCode, string(b), resp.Header
+	return exchange(t, c, method, url, nil, h)
 }
 
 // cached are options with the cache on for a minute.

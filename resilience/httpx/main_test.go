@@ -214,9 +214,20 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 
 func send(t *testing.T, c *http.Client, method, url string, body io.Reader) (int, string) {
 	t.Helper()
+	code, b, _ := exchange(t, c, method, url, body, nil)
+	return code, b
+}
+
+// exchange sends a request with body and headers h and returns the
+// status, the whole body and the response headers.
+func exchange(t *testing.T, c *http.Client, method, url string, body io.Reader, h http.Header) (int, string, http.Header) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), method, url, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -227,5 +238,5 @@ func send(t *testing.T, c *http.Client, method, url string, body io.Reader) (int
 	if err != nil {
 		t.Fatalf("reading the body of %s %s: %v", method, url, err)
 	}
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, string(b), resp.Header
 }
