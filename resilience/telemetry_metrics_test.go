@@ -81,7 +81,7 @@ func (m *telMeter) collect(t *testing.T) (map[string]map[string]point, map[strin
 func attrString(s attribute.Set) string {
 	var parts []string
 	for _, kv := range s.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")

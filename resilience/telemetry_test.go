@@ -115,7 +115,7 @@ func spanLine(s sdktrace.ReadOnlySpan) string {
 	var attrs []string
 	for _, kv := range s.Attributes() {
 		if !volatile[kv.Key] {
-			attrs = append(attrs, string(kv.Key)+"="+kv.Value.Emit())
+			attrs = append(attrs, string(kv.Key)+"="+kv.Value.String())
 		}
 	}
 	sort.Strings(attrs)
@@ -529,7 +529,7 @@ func TestTelemetry_keys(t *testing.T) {
 			}
 			for _, s := range spans {
 				for _, kv := range s.Attributes() {
-					v := kv.Value.Emit()
+					v := kv.Value.String()
 					if kv.Key == telemetry.Key {
 						if s.Name() != telemetry.SpanGet || v != tc.want {
 							t.Fatalf("span %s: %s=%q, want only on %s, %q", s.Name(), kv.Key, v, telemetry.SpanGet, tc.want)

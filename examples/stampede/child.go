@@ -244,6 +244,7 @@ func buildPipeline(cfg podConfig, client redis.UniversalClient, watch *breakerWa
 		Cache(time.Minute).
 		Redis(client).
 		RedisOptions(resilience.RedisOptions{OpTimeout: cfg.OpTimeout}).
+		//lint:ignore SA1019 the -wait flag sets Wait, the setting older runs were measured with
 		Lock(resilience.LockSettings{Lease: cfg.Lock.Lease, Wait: cfg.Lock.Wait, MaxWait: cfg.Lock.MaxWait, Poll: cfg.Lock.Poll}).
 		Timeout(timeout).
 		FlightTimeout(max(resilience.DefaultFlightTimeout, 2*timeout)).
