@@ -54,6 +54,13 @@ type RedisOptions struct {
 	// goroutine, so it must be quick.
 	// default: nil
 	OnCorrupt func(key string, err error)
+	// Encrypt, if not nil, seals every entry with the keyring's primary key
+	// before it leaves the process, bound to its full Redis key; see
+	// crypt.go. An entry that does not open (another key, altered bytes,
+	// bytes moved from another key, stored without encryption) is a miss,
+	// reported to OnCorrupt with an error matching [ErrDecrypt].
+	// default: nil (entries stored in clear)
+	Encrypt *Keyring
 }
 
 // setScript writes an entry with fencing; see set.lua.
@@ -75,6 +82,7 @@ type Redis[V any] struct {
 	codec     Codec
 	onCorrupt func(key string, err error)
 	corrupted atomic.Uint64
+	ring      *Keyring // nil: entries in clear
 }
 
 // NewRedis returns a store that keeps its entries in Redis through client.
@@ -91,7 +99,10 @@ func NewRedis[V any](client RedisClient, o RedisOptions) (*Redis[V], error) {
 	if codec == nil {
 		codec = JSON
 	}
-	return &Redis[V]{client: client, keys: keys, codec: codec, onCorrupt: o.OnCorrupt}, nil
+	if o.Encrypt != nil && !o.Encrypt.usable() {
+		return nil, errors.New("cache: Encrypt: the keyring holds no keys; build it with NewKeyring")
+	}
+	return &Redis[V]{client: client, keys: keys, codec: codec, onCorrupt: o.OnCorrupt, ring: o.Encrypt}, nil
 }
 
 // Get returns the entry for key and how fresh it is, in one round trip. A
@@ -119,7 +130,7 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 // freshness now, as [Redis.Get] would: bytes that do not decode are a
 // [Miss], counted and reported to OnCorrupt.
 func (r *Redis[V]) Decode(key string, raw []byte) (Entry[V], Freshness) {
-	e, err := r.decode(raw)
+	e, err := r.decode(key, raw)
 	if err != nil {
 		r.corrupt(key, err)
 		return Entry[V]{}, Miss
@@ -131,7 +142,11 @@ func (r *Redis[V]) Decode(key string, raw []byte) (Entry[V], Freshness) {
 	return e, f
 }
 
-func (r *Redis[V]) decode(raw []byte) (Entry[V], error) {
+func (r *Redis[V]) decode(key string, raw []byte) (Entry[V], error) {
+	raw, err := r.open(key, raw)
+	if err != nil {
+		return Entry[V]{}, err
+	}
 	env, err := decodeEnvelope(raw)
 	if err != nil {
 		return Entry[V]{}, err
@@ -261,7 +276,7 @@ func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string
 	}
 	n, err := setScript.Run(ctx, r.client,
 		[]string{r.keys.Value(key), r.keys.Lock(key)},
-		strconv.FormatInt(e.Fence, 10), encodeEnvelope(env), int64(ms),
+		strconv.FormatInt(e.Fence, 10), r.seal(key, encodeEnvelope(env)), int64(ms),
 		rkey.FieldFence, rkey.FieldData, token,
 		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key,
 	).Int()

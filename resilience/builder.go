@@ -112,6 +112,15 @@ type RedisOptions struct {
 	// (OnBreakerChange, metrics) until it is closed.
 	// default: nil (a breaker per pipeline, from Breaker)
 	SharedBreaker *breaker.Breaker
+	// Encrypt, if not nil, seals every value the pipeline writes to Redis
+	// with AES-GCM under the keyring's primary key, bound to its full
+	// Redis key, and opens values sealed by any key of the keyring (see
+	// [cache.NewKeyring] for rotation). A value that does not open (a key
+	// the keyring lacks, altered or moved bytes, a value stored in clear)
+	// is a miss, counted as resilience.cache.corrupt with
+	// reason=decrypt_failed. The fence and expiry fields stay in clear.
+	// default: nil (values stored in clear)
+	Encrypt *cache.Keyring
 }
 
 // Builder assembles a [Pipeline]. Its methods record settings and return
@@ -343,6 +352,9 @@ func (b *Builder[V]) Redis(client redis.UniversalClient) *Builder[V] {
 func (b *Builder[V]) RedisOptions(o RedisOptions) *Builder[V] {
 	if o.OpTimeout < 0 {
 		return b.fail("RedisOptions", "OpTimeout must not be negative, got %v", o.OpTimeout)
+	}
+	if o.Encrypt != nil && len(o.Encrypt.IDs()) == 0 {
+		return b.fail("RedisOptions", "Encrypt holds no keys: build the keyring with cache.NewKeyring")
 	}
 	b.c.redisOpts = o
 	return b

@@ -91,8 +91,11 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	// The cache and the lock send their commands through one batcher.
 	batch := newBatcher(c.redis, o.OpTimeout)
 	l2, err := cache.NewRedis[V](batch, cache.RedisOptions{
-		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec,
-		OnCorrupt: func(string, error) {
+		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec, Encrypt: o.Encrypt,
+		OnCorrupt: func(_ string, err error) {
+			if p.decryptFailed(err) {
+				return
+			}
 			if p.tel.Metering() {
 				p.tel.Corrupt(context.Background(), "l2")
 			}
