@@ -83,6 +83,7 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 	h, f, done := p.lookup(ctx, key, load)
 	if done {
 		if h.NotFound() {
+			p.stats.notFound.Add(1)
 			var zero V
 			return zero, ErrNotFound
 		}
@@ -101,6 +102,7 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 	h, f, done := p.lookup(ctx, key, load)
 	if done {
 		if h.NotFound() {
+			p.stats.notFound.Add(1)
 			return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
 		}
 		return Result[V]{Value: h.Value(), Source: SourceL1}, nil
