@@ -2,9 +2,12 @@ package cache
 
 import (
 	"fmt"
+	"hash/maphash"
+	"math"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func memEntry(v int, ttl, grace time.Duration) Entry[int] {
@@ -105,8 +108,8 @@ func TestMemory_concurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := m.Len(); n > 256+64 { // the bound is per shard, rounded up
-		t.Fatalf("Len = %d, far over the bound", n)
+	if n, held := m.Len(), heldEntries(m); n > 256 || held != n {
+		t.Fatalf("Len = %d, shards hold %d; want the same, at most the bound 256", n, held)
 	}
 }
 
@@ -119,5 +122,133 @@ func TestJitter_bounds(t *testing.T) {
 	}
 	if Jitter(time.Second, 0) != time.Second || Jitter(time.Second, 2) != time.Second {
 		t.Fatal("out-of-range fraction should leave ttl alone")
+	}
+}
+
+// heldEntries counts the entries in the shards' lists.
+func heldEntries[V any](m *Memory[V]) int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for it := sh.head; it != nil; it = it.next {
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func TestMemory_holdsExactlyMaxEntries(t *testing.T) {
+	for _, max := range []int{1, 100, 10_000, 100_000} {
+		m := NewMemory[int](MemoryOptions{MaxEntries: max})
+		for i := range max {
+			m.Set(fmt.Sprint(i), memEntry(i, time.Hour, 0))
+		}
+		found := 0
+		for i := range max {
+			if _, f := m.Find(fmt.Sprint(i)); f == Fresh {
+				found++
+			}
+		}
+		if found != max || m.Len() != max {
+			t.Fatalf("MaxEntries %d: %d found, Len %d after writing %d keys; want all", max, found, m.Len(), max)
+		}
+		for i := max; i < 2*max; i++ {
+			m.Set(fmt.Sprint(i), memEntry(i, time.Hour, 0))
+		}
+		if n, held := m.Len(), heldEntries(m); n != max || held != max {
+			t.Fatalf("MaxEntries %d: Len %d, held %d after writing twice as many; want the bound", max, n, held)
+		}
+	}
+}
+
+// A write past the bound into a shard with no entry evicts from another.
+func TestMemory_bound_evictsFromAnotherShard(t *testing.T) {
+	const max = 256
+	m := NewMemory[int](MemoryOptions{MaxEntries: max})
+	if len(m.shards) < 2 {
+		t.Fatalf("%d shards; the test needs two", len(m.shards))
+	}
+	shardOf := func(k string) uint64 { return maphash.String(m.seed, k) & m.bmask & m.smask }
+	n := 0
+	for i := 0; n < max; i++ {
+		if k := fmt.Sprint(i); shardOf(k) == 0 {
+			m.Set(k, memEntry(i, time.Hour, 0))
+			n++
+		}
+	}
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprint("o", i); shardOf(k) != 0 {
+			other = k
+		}
+	}
+	m.Set(other, memEntry(-1, time.Hour, 0))
+	if held := heldEntries(m); held != max || m.n.Load() != max {
+		t.Fatalf("held %d, counted %d; want the bound %d", held, m.n.Load(), max)
+	}
+	if _, f := m.Find(other); f != Fresh {
+		t.Fatal("the new entry is not there")
+	}
+}
+
+func TestMemory_entryRoundTrip(t *testing.T) {
+	m := NewMemory[string](MemoryOptions{})
+	now := time.Now()
+	in := Entry[string]{
+		Value: "v", Written: now.Add(-time.Second), Expires: now.Add(time.Minute),
+		StaleUntil: now.Add(time.Hour), LoadDuration: 1234 * time.Microsecond, Fence: 7,
+	}
+	m.Set("k", in)
+	e, f := m.Lookup("k")
+	if f != Fresh {
+		t.Fatalf("freshness %v, want fresh", f)
+	}
+	near := func(a, b time.Time) bool { d := a.Sub(b); return d > -time.Millisecond && d < time.Millisecond }
+	if e.Value != "v" || e.NotFound || e.LoadDuration != in.LoadDuration || e.Fence != 0 ||
+		!near(e.Written, in.Written) || !near(e.Expires, in.Expires) || !near(e.StaleUntil, in.StaleUntil) {
+		t.Fatalf("read back %+v, want %+v (Fence 0)", *e, in)
+	}
+	h, _ := m.Find("k")
+	if h.Value() != "v" || h.NotFound() || h.LoadDuration() != in.LoadDuration || !near(h.Written(), in.Written) {
+		t.Fatalf("hit: %q %v %v %v", h.Value(), h.NotFound(), h.LoadDuration(), h.Written())
+	}
+	if d := h.FreshFor(); d <= 59*time.Second || d > time.Minute {
+		t.Fatalf("FreshFor = %v, want about a minute", d)
+	}
+
+	m.Set("nf", Entry[string]{NotFound: true, Expires: now.Add(time.Minute)})
+	if h, f := m.Find("nf"); f != Fresh || !h.NotFound() || !h.Written().IsZero() {
+		t.Fatalf("not-found entry: %v, NotFound %v, Written %v", f, h.NotFound(), h.Written())
+	}
+	if e, _ := m.Lookup("nf"); !e.NotFound || !e.Written.IsZero() || !near(e.StaleUntil, e.Expires) {
+		t.Fatalf("not-found entry read back %+v", *e)
+	}
+
+	// Times at the ends of time.Time's range neither overflow nor wrap.
+	m.Set("forever", Entry[string]{Value: "f", Expires: time.Unix(math.MaxInt64/2, 0), StaleUntil: time.Unix(math.MaxInt64/2, 0)})
+	if _, f := m.Find("forever"); f != Fresh {
+		t.Fatalf("an entry fresh until the far future is %v", f)
+	}
+	m.Set("never", Entry[string]{Value: "n", Expires: time.Unix(-math.MaxInt64/2, 0), StaleUntil: time.Unix(-math.MaxInt64/2, 0)})
+	if _, f := m.Find("never"); f != Miss {
+		t.Fatalf("an entry that expired in the far past is %v", f)
+	}
+}
+
+func TestMemory_Find_noAllocs(t *testing.T) {
+	m := NewMemory[string](MemoryOptions{})
+	m.Set("k", Entry[string]{Value: "v", Expires: time.Now().Add(time.Hour)})
+	if n := testing.AllocsPerRun(100, func() { m.Find("k") }); n != 0 {
+		t.Fatalf("Find: %v allocs, want 0", n)
+	}
+}
+
+// An entry of a string value takes one 96-byte size class: the per-entry
+// memory the L1Memory benchmark compares with otter's.
+func TestMemory_itemSize(t *testing.T) {
+	if n := unsafe.Sizeof(item[string]{}); n > 96 {
+		t.Fatalf("an item of a string is %d bytes, want at most 96", n)
 	}
 }

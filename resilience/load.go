@@ -106,6 +106,7 @@ func (p *Pipeline[V]) attempt(ctx context.Context, key string, load LoadFunc[V],
 			done(err, took)
 		}
 	}
+	p.stats.loads.Add(1)
 	if p.tel.Metering() {
 		p.tel.Load(ctx, loadOutcome(err), took)
 	}

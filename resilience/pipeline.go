@@ -63,6 +63,8 @@ type Pipeline[V any] struct {
 	// refreshing holds the keys with a background refresh under way.
 	refreshing sync.Map
 	closed     atomic.Bool
+	stats      stats
+	callCounts atomic.Pointer[callCounts]
 	closeOnce  sync.Once // Close's work; concurrent callers wait for it
 	closeErr   error
 }
@@ -78,15 +80,16 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 		var zero V
 		return zero, err
 	}
-	if !p.tel.Off() {
-		r, err := p.getObserved(ctx, key, load)
-		return r.Value, err
+	h, f, done := p.lookup(ctx, key, load)
+	if done {
+		if h.NotFound() {
+			p.stats.notFound.Add(1)
+			var zero V
+			return zero, ErrNotFound
+		}
+		return h.Value(), nil
 	}
-	e, f := p.lookup(key)
-	if f == cache.Fresh && !e.NotFound && p.beta == 0 {
-		return e.Value, nil // the L1 hit, without building a Result nobody reads
-	}
-	r, err := p.get(ctx, key, load, e, f)
+	r, err := p.call(ctx, key, load, h, f)
 	return r.Value, err
 }
 
@@ -96,11 +99,15 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 	if err := p.checkGet(ctx, key, load); err != nil {
 		return Result[V]{}, err
 	}
-	if !p.tel.Off() {
-		return p.getObserved(ctx, key, load)
+	h, f, done := p.lookup(ctx, key, load)
+	if done {
+		if h.NotFound() {
+			p.stats.notFound.Add(1)
+			return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
+		}
+		return Result[V]{Value: h.Value(), Source: SourceL1}, nil
 	}
-	e, f := p.lookup(key)
-	return p.get(ctx, key, load, e, f)
+	return p.call(ctx, key, load, h, f)
 }
 
 func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]) error {
@@ -130,77 +137,87 @@ func (e *wrongCallError) Unwrap() error { return ErrWrongCall }
 
 func quote(s string) string { return "\"" + s + "\"" }
 
-// lookup reads key from L1; a pipeline without one always misses.
-func (p *Pipeline[V]) lookup(key string) (*cache.Entry[V], cache.Freshness) {
+// lookup is a call's one L1 read (a pipeline without L1 always misses).
+// It reports done when the fresh entry it found answers the call with
+// nothing more to record than a count: no span, since tracing is off or
+// the caller's span is not sampled (see [telemetry.Config.HitSpans]).
+// Otherwise [Pipeline.call] goes on from what it found. It allocates
+// nothing on a hit.
+func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) (cache.Hit[V], cache.Freshness, bool) {
 	if p.l1 == nil {
-		return nil, cache.Miss
+		return cache.Hit[V]{}, cache.Miss, false
 	}
-	return p.l1.Lookup(key)
-}
-
-// get is the call path with telemetry off, given what L1 held for key. It
-// stays free of allocations on an L1 hit.
-func (p *Pipeline[V]) get(ctx context.Context, key string, load LoadFunc[V], e *cache.Entry[V], f cache.Freshness) (Result[V], error) {
-	switch f {
-	case cache.Fresh:
-		if p.beta > 0 && p.refreshEarly(e) {
-			p.refreshAsync(ctx, key, load, e.Written)
+	h, f := p.l1.Find(key)
+	if f != cache.Fresh {
+		return h, f, false
+	}
+	if p.beta > 0 && p.refreshEarly(h) {
+		p.refreshAsync(ctx, key, load, h.Written())
+	}
+	if !p.tel.Off() {
+		if p.tel.Tracing() && p.tel.HitSpans(ctx) {
+			return h, f, false
 		}
-		return fromEntry(e, SourceL1)
-	case cache.Stale:
-		return p.miss(ctx, key, load, *e, true)
-	}
-	return p.miss(ctx, key, load, cache.Entry[V]{}, false)
-}
-
-// getObserved is the call path with telemetry on: a span for the call and
-// one for each stage that runs.
-func (p *Pipeline[V]) getObserved(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
-	ctx, sp := p.tel.Start(ctx, telemetry.SpanGet, trace.WithAttributes(p.tel.PipelineAttr))
-	if sp != nil {
-		if kv, ok := p.tel.KeyAttr(key); ok {
-			sp.SetAttributes(kv)
+		if p.tel.Metering() {
+			p.counts().add(ctx, SourceL1, false)
 		}
 	}
-	var stale cache.Entry[V]
-	hasStale := false
-	var r Result[V]
-	var err error
-	hit := false
-	if p.l1 != nil {
-		_, l1sp := p.tel.Start(ctx, telemetry.SpanL1)
-		e, f := p.l1.Lookup(key)
-		if l1sp != nil {
-			l1sp.SetAttributes(telemetry.Hit.Bool(f == cache.Fresh), telemetry.Freshness.String(f.String()))
+	p.stats.l1Hit()
+	return h, f, true
+}
+
+// call is the rest of a call, from what L1 held for key: a span for the
+// call and one for each stage that runs, when tracing is on (the L1 span
+// records the lookup just made), then the shared load and the fallbacks.
+func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h cache.Hit[V], f cache.Freshness) (Result[V], error) {
+	var sp trace.Span
+	if p.tel.Tracing() {
+		ctx, sp = p.tel.Start(ctx, telemetry.SpanGet)
+		if sp.IsRecording() {
+			sp.SetAttributes(p.tel.PipelineAttr)
+			if kv, ok := p.tel.KeyAttr(key); ok {
+				sp.SetAttributes(kv)
+			}
+		}
+		if p.l1 != nil {
+			_, l1sp := p.tel.Start(ctx, telemetry.SpanL1)
+			if l1sp.IsRecording() {
+				l1sp.SetAttributes(telemetry.Hit.Bool(f == cache.Fresh), telemetry.Freshness.String(f.String()))
+			}
 			l1sp.End()
 		}
-		switch f {
-		case cache.Fresh:
-			if p.beta > 0 && p.refreshEarly(e) {
-				p.refreshAsync(ctx, key, load, e.Written)
-			}
-			r, err = fromEntry(e, SourceL1)
-			hit = true
-		case cache.Stale:
-			stale, hasStale = *e, true
-		}
 	}
-	if !hit {
-		r, err = p.miss(ctx, key, load, stale, hasStale)
+	var r Result[V]
+	var err error
+	switch f {
+	case cache.Fresh:
+		r, err = fromHit(h)
+	case cache.Stale:
+		p.stats.misses.Add(1)
+		r, err = p.miss(ctx, key, load, h.Entry(), true)
+	default:
+		p.stats.misses.Add(1)
+		r, err = p.miss(ctx, key, load, cache.Entry[V]{}, false)
 	}
 	p.finishCall(ctx, sp, &r, err)
 	return r, err
 }
 
-// finishCall records the call's outcome on its span and in the metrics.
+// finishCall counts the call's outcome, and records it on its span and in
+// the metrics.
 func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V], err error) {
+	countCall(&p.stats, r, err)
 	if p.tel.Metering() {
-		p.tel.Call(ctx, r.Source.String(), r.FailedOpen)
+		p.counts().add(ctx, r.Source, r.FailedOpen)
 		if r.Cause != nil {
 			p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
 		}
 	}
 	if sp == nil {
+		return
+	}
+	if !sp.IsRecording() {
+		sp.End()
 		return
 	}
 	sp.SetAttributes(telemetry.Source.String(r.Source.String()), telemetry.FailedOpen.Bool(r.FailedOpen))
@@ -220,6 +237,38 @@ func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V
 	sp.End()
 }
 
+// callCounts are the resilience.calls increments of a pipeline, one per
+// source and failed-open flag, each with its attribute set built once.
+type callCounts [len(sourceNames)][2]telemetry.Counter
+
+func (c *callCounts) add(ctx context.Context, src Source, failedOpen bool) {
+	if int(src) >= len(c) {
+		return
+	}
+	i := 0
+	if failedOpen {
+		i = 1
+	}
+	c[src][i].Add(ctx)
+}
+
+// counts returns the pipeline's call counters, built on first use.
+func (p *Pipeline[V]) counts() *callCounts {
+	if c := p.callCounts.Load(); c != nil {
+		return c
+	}
+	c := new(callCounts)
+	for s := range c {
+		for i := range c[s] {
+			c[s][i] = p.tel.CallCounter(sourceNames[s], i == 1)
+		}
+	}
+	if !p.callCounts.CompareAndSwap(nil, c) {
+		return p.callCounts.Load()
+	}
+	return c
+}
+
 func fromEntry[V any](e *cache.Entry[V], src Source) (Result[V], error) {
 	if e.NotFound {
 		return Result[V]{Source: src, NotFound: true}, ErrNotFound
@@ -227,15 +276,23 @@ func fromEntry[V any](e *cache.Entry[V], src Source) (Result[V], error) {
 	return Result[V]{Value: e.Value, Source: src}, nil
 }
 
+func fromHit[V any](h cache.Hit[V]) (Result[V], error) {
+	if h.NotFound() {
+		return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
+	}
+	return Result[V]{Value: h.Value(), Source: SourceL1}, nil
+}
+
 // refreshEarly decides, XFetch style, whether a fresh entry should be
 // reloaded now: with probability rising as expiry nears, and earlier for
 // values that took long to load.
-func (p *Pipeline[V]) refreshEarly(e *cache.Entry[V]) bool {
-	if e.LoadDuration <= 0 {
+func (p *Pipeline[V]) refreshEarly(h cache.Hit[V]) bool {
+	took := h.LoadDuration()
+	if took <= 0 {
 		return false
 	}
-	gap := float64(e.LoadDuration) * p.beta * -math.Log(1-rand.Float64())
-	return time.Now().Add(time.Duration(gap)).After(e.Expires)
+	gap := float64(took) * p.beta * -math.Log(1-rand.Float64())
+	return gap > float64(h.FreshFor())
 }
 
 // Close stops the pipeline's background work (shared loads still under way,

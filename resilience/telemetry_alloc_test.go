@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // TestTelemetry_L1HitNoSDK_noAllocs: with no SDK installed, telemetry costs
@@ -29,5 +31,31 @@ func TestTelemetry_L1HitNoSDK_noAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("L1 hit: %v allocs, want 0", n)
+	}
+}
+
+// TestTelemetry_L1HitSDK_noAllocs: with an SDK that samples nothing and
+// an SDK meter (with a reader, and with none), an L1 hit starts no span
+// and records its count without allocating.
+func TestTelemetry_L1HitSDK_noAllocs(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	for _, reader := range []bool{true, false} {
+		var opts []sdkmetric.Option
+		if reader {
+			opts = append(opts, sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		}
+		mp := sdkmetric.NewMeterProvider(opts...)
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+		p := build(t, New[string]("alloc").Cache(time.Minute).SingleFlight().TracerProvider(tp).MeterProvider(mp))
+		ctx := context.Background()
+		telGet(t, ctx, p, "k", okLoad)
+		if n := testing.AllocsPerRun(1000, func() {
+			if _, err := p.Get(ctx, "k", okLoad); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Fatalf("L1 hit, meter with a reader %v: %v allocs, want 0", reader, n)
+		}
 	}
 }

@@ -56,9 +56,36 @@ func (in *Instruments) init(m metric.Meter, pipeline attribute.KeyValue) error {
 	return err
 }
 
-// Call counts one call served from source.
+// Call counts one call served from source. A [Counter] from
+// [Instruments.CallCounter] does the same without building the
+// attributes on every call.
 func (in *Instruments) Call(ctx context.Context, source string, failedOpen bool) {
-	in.calls.Add(ctx, 1, metric.WithAttributes(in.pipeline, Source.String(source), FailedOpen.Bool(failedOpen)))
+	in.calls.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(in.pipeline, Source.String(source), FailedOpen.Bool(failedOpen))))
+}
+
+// CallCounter returns the increment of [Instruments.Call] for source and
+// failedOpen, its attribute set built once.
+func (in *Instruments) CallCounter(source string, failedOpen bool) Counter {
+	return Counter{c: in.calls, opts: []metric.AddOption{
+		metric.WithAttributeSet(attribute.NewSet(in.pipeline, Source.String(source), FailedOpen.Bool(failedOpen))),
+	}}
+}
+
+// Counter adds 1 to a counter with a fixed attribute set, built once: an
+// Add builds nothing and allocates nothing of its own. The zero Counter
+// does nothing.
+type Counter struct {
+	c    metric.Int64Counter
+	opts []metric.AddOption
+}
+
+// Add adds 1, unless the counter records nothing (an SDK with no
+// reader), which it asks first: such an SDK would still sort the
+// attributes of every measurement it drops.
+func (c Counter) Add(ctx context.Context) {
+	if c.c != nil && c.c.Enabled(ctx) {
+		c.c.Add(ctx, 1, c.opts...)
+	}
 }
 
 // Load records one loader call.

@@ -37,6 +37,14 @@ type Config struct {
 	// Keys says whether keys go on spans.
 	// default: KeysOff
 	Keys KeyMode
+	// HitSpans makes every call answered by the in-process cache start
+	// its spans (the call's and the L1 lookup's), as other calls do, for
+	// the sampler to decide on. By default such a call starts spans only
+	// when the caller's context carries a sampled span: a hit on its own
+	// is counted in the metrics, and costs no span, which even a sampler
+	// that keeps nothing makes the SDK build.
+	// default: false
+	HitSpans bool
 }
 
 // The global providers as they are before any SDK is installed. While
@@ -56,6 +64,7 @@ type Telemetry struct {
 	meterOn  bool // with an explicit MeterProvider: whether it can record
 	meterExp bool
 	keys     KeyMode
+	hitSpans bool
 
 	// PipelineAttr is herdguard.pipeline=<name>, built once.
 	PipelineAttr attribute.KeyValue
@@ -65,7 +74,7 @@ type Telemetry struct {
 // New returns the instrumentation of the pipeline named pipeline, with the
 // given instrumentation scope (the instrumenting package's import path).
 func New(scope, version, pipeline string, c Config) (*Telemetry, error) {
-	t := &Telemetry{keys: c.Keys, PipelineAttr: Pipeline.String(pipeline)}
+	t := &Telemetry{keys: c.Keys, hitSpans: c.HitSpans, PipelineAttr: Pipeline.String(pipeline)}
 	tp := c.TracerProvider
 	if tp != nil {
 		t.explicit = true
@@ -125,6 +134,12 @@ func (t *Telemetry) Metering() bool {
 // Off reports whether neither spans nor measurements can be recorded: the
 // hot path's one check.
 func (t *Telemetry) Off() bool { return !t.Tracing() && !t.Metering() }
+
+// HitSpans reports whether a call the in-process cache answered starts
+// spans: when [Config.HitSpans] asks, or when ctx carries a sampled span.
+func (t *Telemetry) HitSpans(ctx context.Context) bool {
+	return t.hitSpans || trace.SpanContextFromContext(ctx).IsSampled()
+}
 
 // Tracer returns the tracer.
 func (t *Telemetry) Tracer() trace.Tracer { return t.tracer }

@@ -61,8 +61,8 @@ func newVaries(o Options) *varies {
 
 // of returns the headers base's responses vary on, as far as known.
 func (v *varies) of(base string) []string {
-	if e, f := v.m.Lookup(base); f == cache.Fresh {
-		return e.Value
+	if h, f := v.m.Find(base); f == cache.Fresh {
+		return h.Value()
 	}
 	return nil
 }

@@ -1,0 +1,138 @@
+package resilience
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// Stats are a pipeline's counts since it was built, kept with atomic
+// counters whether or not telemetry is on. Calls are those of Get,
+// GetResult and Do; each is counted once, when it returns, in L1Hits or
+// Misses (Get and GetResult) and in at most one of L2Hits, Loaded,
+// Coalesced, Waited, Stale, Defaults and Errors, by where its value came
+// from ([Result.Source]).
+type Stats struct {
+	// L1Hits are calls answered by a fresh entry in the in-process cache.
+	L1Hits uint64
+	// Misses are calls of Get and GetResult that the in-process cache
+	// could not answer: no entry, or a stale one.
+	Misses uint64
+	// L2Hits are calls answered by a fresh entry in Redis.
+	L2Hits uint64
+	// Loaded are calls answered by a loader call of their own.
+	Loaded uint64
+	// Coalesced are calls answered by a load another caller in this
+	// process led.
+	Coalesced uint64
+	// Waited are calls answered by a value another process loaded while
+	// they waited on the distributed lock.
+	Waited uint64
+	// Stale are calls answered with a stale copy: by
+	// stale-while-revalidate, or by the fallback chain.
+	Stale uint64
+	// Defaults are calls answered by the fallback chain's default.
+	Defaults uint64
+	// Fallbacks are calls the fallback chain answered because the loader
+	// failed or its breaker was open (a stale copy or the default).
+	Fallbacks uint64
+	// FailedOpen are calls that went on without Redis (its cache or its
+	// lock) because it failed or its breaker was open.
+	FailedOpen uint64
+	// NotFound are calls answered with a "not found", stored or loaded.
+	NotFound uint64
+	// Errors are calls that returned an error other than [ErrNotFound]
+	// (the caller's own cancellation included) with no value.
+	Errors uint64
+	// Loads are loader calls this process made: every attempt, retries
+	// and background refreshes included.
+	Loads uint64
+}
+
+// Stats returns the pipeline's counts so far. Each field is read
+// atomically, not the whole: counts taken while calls run may be a few
+// calls apart from one another.
+func (p *Pipeline[V]) Stats() Stats {
+	s := &p.stats
+	return Stats{
+		L1Hits:     s.l1.sum(),
+		Misses:     s.misses.Load(),
+		L2Hits:     s.bySource[SourceL2].Load(),
+		Loaded:     s.bySource[SourceLoader].Load(),
+		Coalesced:  s.bySource[SourceCoalesced].Load(),
+		Waited:     s.bySource[SourceWaited].Load(),
+		Stale:      s.bySource[SourceStale].Load(),
+		Defaults:   s.bySource[SourceDefault].Load(),
+		Fallbacks:  s.fallbacks.Load(),
+		FailedOpen: s.failedOpen.Load(),
+		NotFound:   s.notFound.Load(),
+		Errors:     s.errors.Load(),
+		Loads:      s.loads.Load(),
+	}
+}
+
+// stats are the counters behind [Stats]. The L1 hit count, bumped by every
+// core at once on a hot key, is striped; the others count slower calls.
+type stats struct {
+	l1         stripedCounter
+	misses     atomic.Uint64
+	bySource   [len(sourceNames)]atomic.Uint64
+	fallbacks  atomic.Uint64
+	failedOpen atomic.Uint64
+	notFound   atomic.Uint64
+	errors     atomic.Uint64
+	loads      atomic.Uint64
+}
+
+func (s *stats) l1Hit() { s.l1.add() }
+
+// countCall counts in s a call that returns r and err, unless
+// [Pipeline.lookup] counted it.
+func countCall[V any](s *stats, r *Result[V], err error) {
+	switch {
+	case r.Source == SourceL1:
+		s.l1.add()
+	case int(r.Source) >= len(s.bySource):
+	case r.Source != SourceNone:
+		s.bySource[r.Source].Add(1)
+	case err != nil && !r.NotFound:
+		s.errors.Add(1)
+	}
+	if r.NotFound {
+		s.notFound.Add(1)
+	}
+	if r.Cause != nil {
+		s.fallbacks.Add(1)
+	}
+	if r.FailedOpen {
+		s.failedOpen.Add(1)
+	}
+}
+
+// stripes is the number of stripes of a stripedCounter.
+const stripes = 8
+
+// stripedCounter is a counter that goroutines on different cores bump
+// without sharing a cache line, most of the time: each adds to the stripe
+// its stack picks, and a read sums the stripes.
+type stripedCounter struct {
+	s [stripes]struct {
+		n atomic.Uint64
+		_ [56]byte // one stripe per cache line
+	}
+}
+
+func (c *stripedCounter) add() {
+	// Goroutine stacks lie apart, so the address of a local variable
+	// tells goroutines apart without a call; the address is only read.
+	var b byte
+	i := uintptr(unsafe.Pointer(&b)) >> 13 % stripes
+	c.s[i].n.Add(1)
+}
+
+func (c *stripedCounter) sum() uint64 {
+	var n uint64
+	for i := range c.s {
+		n += c.s[i].n.Load()
+	}
+	return n
+}
