@@ -169,6 +169,7 @@ func (l *Lease) beat(ctx context.Context, w *watchdog) error {
 	if w.stopped || ctx.Err() != nil {
 		return nil
 	}
+	start := time.Now()
 	ectx, cancel := context.WithTimeout(ctx, l.every)
 	err := l.h.extend(ectx, l.key, l.token, l.ttl)
 	cancel()
@@ -176,7 +177,9 @@ func (l *Lease) beat(ctx context.Context, w *watchdog) error {
 		w.stopped = true
 		return err
 	}
-	w.t.Reset(l.every)
+	// Beats keep their period however long an extension took, as a
+	// ticker's would.
+	w.t.Reset(max(l.every-time.Since(start), 0))
 	return nil
 }
 

@@ -245,9 +245,14 @@ func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFu
 		}
 		return nil, true, ErrClosed
 	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), p.flightTimeout)
+	if pd.lk.lease != nil {
+		// The lease's watchdog starts now, not when the goroutine below
+		// gets to run: a busy process must not look dead to the others.
+		pd.g = hold(fctx, pd.lk.lease)
+	}
 	run := func() {
 		defer p.bg.done()
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), p.flightTimeout)
 		defer cancel()
 		p.group.end(key, f, &f.o, p.fetchLoad(fctx, key, load, &f.o, &pd))
 	}
@@ -275,6 +280,8 @@ type pending[V any] struct {
 	start  time.Time
 	lk     look[V]
 	err    error
+	// g is the grant of lk's lease once its watchdog beats.
+	g *grant
 }
 
 // fetchAlone is a miss without the single-flight: the look, then the

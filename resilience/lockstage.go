@@ -26,6 +26,14 @@ type grant struct {
 	released bool
 }
 
+// hold starts lease's watchdog, which beats until the lease is released
+// or ctx ends, and returns the grant it marks lost.
+func hold(ctx context.Context, lease *lock.Lease) *grant {
+	g := &grant{lease: lease}
+	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
+	return g
+}
+
 // look is one look at a key through the Redis lock: the value, and the
 // lease when the lock was granted.
 type look[V any] struct {
@@ -97,7 +105,7 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 	}
 	if err == nil {
 		p.lockOutcome(ctx, sp, "acquired", pd.start, lk.lease)
-		return p.holdAndLoad(ctx, key, load, lk.lease, o, false)
+		return p.holdAndLoad(ctx, key, load, lk.lease, o, false, pd.g)
 	}
 	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // lock.ErrNotAcquired
 }
@@ -118,7 +126,7 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 	switch {
 	case err == nil:
 		p.lockOutcome(ctx, sp, "acquired", start, lease)
-		return p.holdAndLoad(ctx, key, load, lease, o, true)
+		return p.holdAndLoad(ctx, key, load, lease, o, true, nil)
 	case errors.Is(err, lock.ErrNotAcquired):
 		return p.await(ctx, sp, key, load, o, start, mark)
 	case ctx.Err() != nil:
@@ -184,10 +192,13 @@ func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, 
 // recheck reads the value again first: another holder may have written it
 // between the miss and the grant. A grant by a look needs none: the same
 // script found no fresh value.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], recheck bool) error {
-	g := &grant{lease: lease}
-	// The watchdog beats while the loader runs; release stops it.
-	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
+//
+// g is the grant when its watchdog already beats (see hold); nil makes
+// one of lease.
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], recheck bool, g *grant) error {
+	if g == nil {
+		g = hold(ctx, lease)
+	}
 	defer func() {
 		if !g.released {
 			p.release(ctx, key, lease)
@@ -283,7 +294,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			switch {
 			case err == nil && lk.lease != nil:
 				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
-				return p.holdAndLoad(ctx, key, load, lk.lease, o, false)
+				return p.holdAndLoad(ctx, key, load, lk.lease, o, false, nil)
 			case err == nil:
 				p.fillL1(key, lk.e)
 				p.lockOutcome(ctx, sp, "waited", start, nil)
@@ -314,7 +325,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			switch {
 			case err == nil:
 				p.lockOutcome(ctx, sp, "acquired", start, lease)
-				return p.holdAndLoad(ctx, key, load, lease, o, true)
+				return p.holdAndLoad(ctx, key, load, lease, o, true, nil)
 			case errors.Is(err, lock.ErrNotAcquired):
 			case ctx.Err() != nil:
 				return err
