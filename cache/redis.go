@@ -112,6 +112,7 @@ func NewRedis[V any](client RedisClient, o RedisOptions) (*Redis[V], error) {
 func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, error) {
 	raw, err := r.client.HGet(ctx, r.keys.Value(key), rkey.FieldData).Bytes()
 	switch {
+	case err == nil:
 	case errors.Is(err, redis.Nil):
 		return Entry[V]{}, Miss, nil
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):

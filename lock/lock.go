@@ -63,10 +63,17 @@ type Lease struct {
 	// tookOver is set by the locker before the lease is handed out.
 	tookOver bool
 
-	mu       sync.Mutex // guards stop and released
-	stop     chan struct{}
-	done     chan struct{}
+	mu       sync.Mutex // guards watch and released
+	watch    *watchdog
 	released bool
+}
+
+// watchdog beats for a lease on a timer, so a holder whose load ends
+// before the first beat (the usual case) costs no goroutine.
+type watchdog struct {
+	run     sync.Mutex // held by a beat while it runs, and by stop
+	stopped bool       // guarded by run
+	t       *time.Timer
 }
 
 func newLease(h holder, key, token string, fence int64, ttl, every time.Duration) *Lease {
@@ -131,60 +138,61 @@ func (l *Lease) Forget() {
 // KeepAlive starts a watchdog that extends the lease, and beats, every
 // heartbeat period of the locker that granted it (for [Memory], every
 // third of the lease) until Release is called or ctx ends, so a slow
-// holder does not lose the lock and waiters see that it lives. onLost, if not nil, is called once (from the watchdog
-// goroutine) when an extension finds the lease lost; backend errors are
-// retried at the next tick. Calling KeepAlive twice has no further effect.
+// holder does not lose the lock and waiters see that it lives. onLost, if
+// not nil, is called once (from the watchdog's timer goroutine) when an
+// extension finds the lease lost; backend errors are retried at the next
+// tick. Calling KeepAlive twice has no further effect. The watchdog runs
+// on a timer: no goroutine waits between beats.
 func (l *Lease) KeepAlive(ctx context.Context, onLost func(error)) {
 	l.mu.Lock()
-	if l.stop != nil || l.released {
+	if l.watch != nil || l.released {
 		l.mu.Unlock()
 		return
 	}
-	l.stop = make(chan struct{})
-	l.done = make(chan struct{})
-	stop, done := l.stop, l.done
+	w := &watchdog{}
+	l.watch = w
 	l.mu.Unlock()
-
-	every := l.every
-	// The goroutine ends when Release closes stop, or when ctx ends, or when
-	// the lease is found lost.
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ectx, cancel := context.WithTimeout(ctx, every)
-			err := l.h.extend(ectx, l.key, l.token, l.ttl)
-			cancel()
-			if errors.Is(err, ErrNotHeld) {
-				if onLost != nil {
-					onLost(err)
-				}
-				return
-			}
+	w.run.Lock()
+	defer w.run.Unlock()
+	w.t = time.AfterFunc(l.every, func() {
+		if lost := l.beat(ctx, w); lost != nil && onLost != nil {
+			onLost(lost)
 		}
-	}()
+	})
 }
 
+// beat is one tick of w: an extension, and the next tick unless the lease
+// was found lost (returned) or w was stopped or ctx ended.
+func (l *Lease) beat(ctx context.Context, w *watchdog) error {
+	w.run.Lock()
+	defer w.run.Unlock()
+	if w.stopped || ctx.Err() != nil {
+		return nil
+	}
+	start := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, l.every)
+	err := l.h.extend(ectx, l.key, l.token, l.ttl)
+	cancel()
+	if errors.Is(err, ErrNotHeld) {
+		w.stopped = true
+		return err
+	}
+	// Beats keep their period however long an extension took, as a
+	// ticker's would.
+	w.t.Reset(max(l.every-time.Since(start), 0))
+	return nil
+}
+
+// stopWatchdog stops the watchdog, waiting for a beat under way.
 func (l *Lease) stopWatchdog() {
 	l.mu.Lock()
-	stop, done := l.stop, l.done
-	if stop != nil {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-	}
+	w := l.watch
 	l.mu.Unlock()
-	if done != nil {
-		<-done
+	if w == nil {
+		return
 	}
+	w.run.Lock()
+	w.stopped = true
+	w.t.Stop()
+	w.run.Unlock()
 }

@@ -2,7 +2,9 @@ package lock
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
 )
 
 // Notifier announces that the value for a key has landed, and lets waiters
@@ -19,12 +21,53 @@ type Notifier interface {
 
 // fanout delivers announcements to the local subscribers of each key. The
 // zero value is ready to use.
+//
+// It also remembers, per slot of key hashes, the number of the last
+// announcement it delivered, so that a caller may look first and subscribe
+// only when the look says it must wait: [fanout.mark] before the look,
+// [fanout.subscribeSince] after it, and an announcement delivered in
+// between is not lost (a key sharing the slot wakes the subscriber for
+// nothing, which costs it one look).
 type fanout struct {
-	mu   sync.Mutex // guards subs
+	mu   sync.Mutex // guards subs, and orders deliveries against subscriptions
 	subs map[string]map[chan struct{}]struct{}
+	seq  atomic.Uint64
+	last [markSlots]atomic.Uint64 // written under mu
+}
+
+// markSlots is how many slots of key hashes a fanout remembers its last
+// delivery for.
+const markSlots = 1024
+
+var markSeed = maphash.MakeSeed()
+
+func markSlot(key string) uint64 { return maphash.String(markSeed, key) % markSlots }
+
+// mark returns the number of the last announcement delivered, to pass to
+// subscribeSince.
+func (f *fanout) mark() uint64 { return f.seq.Load() }
+
+// subscribeSince is subscribe, with the channel already signalled when an
+// announcement of key (or of a key sharing its slot) was delivered after
+// mark returned m.
+func (f *fanout) subscribeSince(key string, m uint64) (<-chan struct{}, func()) {
+	ch, cancel := f.add(key)
+	// A delivery whose lock section came before subscribe's recorded its
+	// number first; one after it found the subscriber.
+	if f.last[markSlot(key)].Load() > m {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return ch, cancel
 }
 
 func (f *fanout) subscribe(key string) (<-chan struct{}, func()) {
+	return f.add(key)
+}
+
+func (f *fanout) add(key string) (chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	f.mu.Lock()
 	if f.subs == nil {
@@ -54,8 +97,13 @@ func (f *fanout) subscribe(key string) (<-chan struct{}, func()) {
 
 // deliver signals every subscriber of key without blocking.
 func (f *fanout) deliver(key string) {
+	n := f.seq.Add(1)
+	slot := &f.last[markSlot(key)]
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if slot.Load() < n {
+		slot.Store(n)
+	}
 	for ch := range f.subs[key] {
 		select {
 		case ch <- struct{}{}:
@@ -84,4 +132,28 @@ func (n *MemoryNotifier) Notify(_ context.Context, key string) error {
 // Subscribe implements [Notifier].
 func (n *MemoryNotifier) Subscribe(key string) (<-chan struct{}, func()) { return n.f.subscribe(key) }
 
-var _ Notifier = (*MemoryNotifier)(nil)
+// Mark implements [MarkNotifier].
+func (n *MemoryNotifier) Mark() uint64 { return n.f.mark() }
+
+// SubscribeSince implements [MarkNotifier].
+func (n *MemoryNotifier) SubscribeSince(key string, mark uint64) (<-chan struct{}, func()) {
+	return n.f.subscribeSince(key, mark)
+}
+
+var (
+	_ Notifier     = (*MemoryNotifier)(nil)
+	_ MarkNotifier = (*MemoryNotifier)(nil)
+)
+
+// MarkNotifier is a [Notifier] that lets a caller look first and subscribe
+// only when it must wait, without losing an announcement made in
+// between: Mark before the look, SubscribeSince after it. A look that
+// finds what it wanted then costs no subscription.
+type MarkNotifier interface {
+	Notifier
+	// Mark returns a number to pass to SubscribeSince.
+	Mark() uint64
+	// SubscribeSince is Subscribe, with the channel already signalled if
+	// key may have been announced since Mark returned mark.
+	SubscribeSince(key string, mark uint64) (<-chan struct{}, func())
+}

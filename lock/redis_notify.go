@@ -36,7 +36,7 @@ type RedisNotifier struct {
 	closeErr  error
 }
 
-var _ Notifier = (*RedisNotifier)(nil)
+var _ MarkNotifier = (*RedisNotifier)(nil)
 
 // NewRedisNotifier subscribes to the announcement channel of o.Namespace
 // and starts the goroutine that delivers its messages; [RedisNotifier.Close]
@@ -126,6 +126,16 @@ func (n *RedisNotifier) Notify(ctx context.Context, key string) error {
 // but receive nothing.
 func (n *RedisNotifier) Subscribe(key string) (<-chan struct{}, func()) {
 	return n.f.subscribe(key)
+}
+
+// Mark implements [MarkNotifier].
+func (n *RedisNotifier) Mark() uint64 { return n.f.mark() }
+
+// SubscribeSince implements [MarkNotifier]: a caller that read Mark before
+// a Redis look learns of an announcement delivered after it, even one that
+// came before it subscribed.
+func (n *RedisNotifier) SubscribeSince(key string, mark uint64) (<-chan struct{}, func()) {
+	return n.f.subscribeSince(key, mark)
 }
 
 // Close ends the subscription and waits for the receive goroutine to

@@ -125,7 +125,6 @@ var infraReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", 
 // Loader errors are not classified here: they go to the loader's breaker
 // and the fallback chain (see [Builder.IsFailure]).
 func classify(ctx context.Context, err error) errClass {
-	var re redis.Error
 	switch {
 	case err == nil, errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrNotHeld),
 		errors.Is(err, cache.ErrExpiredEntry), errors.Is(err, cache.ErrLockLost):
@@ -136,7 +135,15 @@ func classify(ctx context.Context, err error) errClass {
 		return errCanceled
 	case errors.Is(err, cache.ErrCodec):
 		return errData
-	case errors.As(err, &re) && !errors.Is(err, redis.ErrClosed):
+	}
+	return classifyReply(err)
+}
+
+// classifyReply is classify for an error that may be a Redis error reply;
+// apart, so that the call without an error allocates nothing.
+func classifyReply(err error) errClass {
+	var re redis.Error
+	if errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) {
 		for _, prefix := range infraReplies {
 			if redis.HasErrorPrefix(re, prefix) {
 				return errInfra

@@ -26,6 +26,14 @@ type grant struct {
 	released bool
 }
 
+// hold starts lease's watchdog, which beats until the lease is released
+// or ctx ends, and returns the grant it marks lost.
+func hold(ctx context.Context, lease *lock.Lease) *grant {
+	g := &grant{lease: lease}
+	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
+	return g
+}
+
 // look is one look at a key through the Redis lock: the value, and the
 // lease when the lock was granted.
 type look[V any] struct {
@@ -73,20 +81,11 @@ func (p *Pipeline[V]) lookRedis(ctx context.Context, key string) (look[V], error
 	return lk, err
 }
 
-// lockedFetch is the shared part of a miss with the Redis lock: one look
-// (the value, else the lock), then the winner's load or the waiter's
+// lockedRest is the rest of a miss after a look through the Redis lock
+// that found no fresh value (pd): the winner's load, or the waiter's
 // wait.
-func (p *Pipeline[V]) lockedFetch(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], woken <-chan struct{}) error {
-	start := time.Now()
-	lk, err := p.lookRedis(ctx, key)
-	if err == nil && lk.lease == nil { // a fresh value: no lock needed
-		p.fillL1(key, lk.e)
-		o.res, err = fromEntry(&lk.e, SourceL2)
-		return err
-	}
-	if lk.f == cache.Stale {
-		o.stale, o.hasStale = lk.e, true
-	}
+func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], pd *pending[V]) error {
+	lk, err := pd.lk, pd.err
 	if err != nil && !errors.Is(err, lock.ErrNotAcquired) {
 		switch classify(ctx, err) {
 		case errCanceled:
@@ -104,21 +103,19 @@ func (p *Pipeline[V]) lockedFetch(ctx context.Context, key string, load LoadFunc
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanLock)
 		defer sp.End()
 	}
-	switch {
-	case err == nil:
-		p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
-		return p.holdAndLoad(ctx, key, load, lk.lease, o, false)
-	default: // lock.ErrNotAcquired
-		return p.await(ctx, sp, key, load, o, start, woken)
+	if err == nil {
+		p.lockOutcome(ctx, sp, "acquired", pd.start, lk.lease)
+		return p.holdAndLoad(ctx, key, load, lk.lease, o, false, pd.g)
 	}
+	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // lock.ErrNotAcquired
 }
 
 // lockedLoad is the distributed-lock stage: the winner loads, the others
 // wait for its value; when the lock backend fails, the load runs unlocked.
 //
-// woken is the subscription to key's announcements, taken before the L2
-// read that missed, so no announcement after that read is lost.
-func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], woken <-chan struct{}) (*outcome[V], error) {
+// mark is the notifier's, taken before the read that missed: a wait
+// subscribes with it, so no announcement after that read is lost.
+func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], mark uint64) error {
 	start := time.Now()
 	var sp trace.Span
 	if p.tel.Tracing() {
@@ -129,13 +126,28 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 	switch {
 	case err == nil:
 		p.lockOutcome(ctx, sp, "acquired", start, lease)
-		return o, p.holdAndLoad(ctx, key, load, lease, o, true)
+		return p.holdAndLoad(ctx, key, load, lease, o, true, nil)
 	case errors.Is(err, lock.ErrNotAcquired):
-		return o, p.await(ctx, sp, key, load, o, start, woken)
+		return p.await(ctx, sp, key, load, o, start, mark)
 	case ctx.Err() != nil:
-		return o, err
+		return err
 	}
-	return o, p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
+	return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
+}
+
+// subscribe subscribes to key's announcements for a wait, given the
+// notifier's mark taken before the look that found the lock held: an
+// announcement delivered since then signals the channel at once. Looks
+// that find the value therefore never subscribe, and a wait loses no
+// wake-up. lookNow says the notifier keeps no marks: look once before
+// waiting.
+func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{}, unsubscribe func(), lookNow bool) {
+	if mn, ok := p.notifier.(lock.MarkNotifier); ok {
+		woken, unsubscribe = mn.SubscribeSince(key, mark)
+		return woken, unsubscribe, false
+	}
+	woken, unsubscribe = p.notifier.Subscribe(key)
+	return woken, unsubscribe, true
 }
 
 // loadFailedOpen loads without the lock because Redis failed (err).
@@ -180,10 +192,13 @@ func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, 
 // recheck reads the value again first: another holder may have written it
 // between the miss and the grant. A grant by a look needs none: the same
 // script found no fresh value.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], recheck bool) error {
-	g := &grant{lease: lease}
-	// The watchdog beats while the loader runs; release stops it.
-	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
+//
+// g is the grant when its watchdog already beats (see hold); nil makes
+// one of lease.
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], recheck bool, g *grant) error {
+	if g == nil {
+		g = hold(ctx, lease)
+	}
 	defer func() {
 		if !g.released {
 			p.release(ctx, key, lease)
@@ -248,10 +263,13 @@ func (p *Pipeline[V]) sharedGet(ctx context.Context, key string) (cache.Entry[V]
 // and the others keep waiting for its value. A live holder is waited for
 // up to MaxWait; then the waiter loads unlocked.
 //
-// woken was subscribed before the L2 read that missed, and the lock was
-// found held after that read: until an announcement or a poll tick, there
-// is nothing new to look at, so the first look costs no Redis command.
-func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, woken <-chan struct{}) error {
+// The lock was found held after the look (or read) that missed, and mark
+// was taken before it: the subscription hears of every announcement since,
+// so until an announcement or a poll tick there is nothing new to look at,
+// and the first look costs no Redis command.
+func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, mark uint64) error {
+	woken, unsubscribe, lookNow := p.subscribe(key, mark)
+	defer unsubscribe()
 	var wsp trace.Span
 	if p.tel.Tracing() {
 		ctx, wsp = p.tel.Start(ctx, telemetry.SpanLockWait)
@@ -264,11 +282,9 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		backoff.WithMaxInterval(time.Second),
 		backoff.WithMaxElapsedTime(0), // bounded by MaxWait below, not by the backoff
 	)
-	// Without Redis, the miss was the L1 lookup, made before the
-	// subscription: look once.
-	look := p.l2 == nil
+	look := lookNow
 	select {
-	case <-woken: // announced since the L2 read
+	case <-woken: // announced since the read that missed
 		look = true
 	default:
 	}
@@ -278,7 +294,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			switch {
 			case err == nil && lk.lease != nil:
 				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
-				return p.holdAndLoad(ctx, key, load, lk.lease, o, false)
+				return p.holdAndLoad(ctx, key, load, lk.lease, o, false, nil)
 			case err == nil:
 				p.fillL1(key, lk.e)
 				p.lockOutcome(ctx, sp, "waited", start, nil)
@@ -309,7 +325,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			switch {
 			case err == nil:
 				p.lockOutcome(ctx, sp, "acquired", start, lease)
-				return p.holdAndLoad(ctx, key, load, lease, o, true)
+				return p.holdAndLoad(ctx, key, load, lease, o, true, nil)
 			case errors.Is(err, lock.ErrNotAcquired):
 			case ctx.Err() != nil:
 				return err

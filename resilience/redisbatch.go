@@ -59,8 +59,8 @@ func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
 // reports false when ctx ended first: cmd then belongs to the batch.
 func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
 	c := &call{cmd: cmd, budget: b.timeout, done: make(chan struct{})}
-	if d, ok := ctx.Value(budgetKey{}).(time.Duration); ok {
-		c.budget = d
+	if d, ok := ctx.Value(budgetKey{}).(*time.Duration); ok {
+		c.budget = *d
 	} else if dl, ok := ctx.Deadline(); ok {
 		c.budget = time.Until(dl)
 	}
@@ -118,8 +118,7 @@ func (b *batcher) exec(batch []*call) {
 	for _, c := range batch {
 		budget = max(budget, c.budget)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(budget, time.Millisecond))
-	defer cancel()
+	ctx := &deadlineCtx{Context: context.Background(), d: time.Now().Add(max(budget, time.Millisecond))}
 	if len(batch) == 1 {
 		_ = b.client.Process(ctx, batch[0].cmd)
 	} else {
@@ -132,6 +131,25 @@ func (b *batcher) exec(batch []*call) {
 	for _, c := range batch {
 		close(c.done)
 	}
+}
+
+// deadlineCtx is the context of a batch: a deadline and nothing else.
+// go-redis bounds a command's socket writes and reads by its context's
+// deadline (with ContextTimeoutEnabled); nobody cancels a batch, so the
+// timer and the channel of context.WithTimeout would be work for nothing
+// on every round trip. Done is nil: it never closes.
+type deadlineCtx struct {
+	context.Context // context.Background()
+	d               time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.d, true }
+
+func (c *deadlineCtx) Err() error {
+	if time.Now().Before(c.d) {
+		return nil
+	}
+	return context.DeadlineExceeded
 }
 
 func (b *batcher) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {

@@ -38,7 +38,7 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 	// The timeout travels with the command into its batch (see batcher),
 	// which starts counting it when the round trip does.
 	start := time.Now()
-	v, err := op(context.WithValue(ctx, budgetKey{}, g.opTimeout))
+	v, err := op(context.WithValue(ctx, budgetKey{}, &g.opTimeout))
 	took := time.Since(start)
 	switch classify(ctx, err) {
 	case errInfra:
