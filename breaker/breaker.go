@@ -253,6 +253,10 @@ func defaultIsFailure(err error) bool { return err != nil && !errors.Is(err, con
 // Name returns the breaker's name.
 func (b *Breaker) Name() string { return b.name }
 
+// SlowCall returns Settings.SlowCall: above 0, the duration passed to done
+// matters; at 0, done may be given 0 without reading a clock.
+func (b *Breaker) SlowCall() time.Duration { return b.slow }
+
 // State returns the current state. An open breaker whose OpenTimeout has
 // passed is half-open.
 func (b *Breaker) State() State {
