@@ -392,3 +392,128 @@ func TestBreaker_Subscribe_everySubscriberHearsUntilItLeaves(t *testing.T) {
 		t.Fatalf("subscriber a heard %v, c (unsubscribed) heard %v; want [open] and []", a, c)
 	}
 }
+
+func TestBreaker_FailureRatio_windowRolls(t *testing.T) {
+	const window = 100 * time.Millisecond
+	b := mustNew(t, Settings{Name: "w", FailureRatio: 0.5, MinRequests: 4, Window: window, OpenTimeout: time.Minute})
+	for range 3 {
+		_ = call(b, errDown, 0)
+	}
+	// A sleep only ever lasts longer than asked: the three failures are
+	// out of the window now.
+	time.Sleep(window + 2*window/windowBuckets)
+	_ = call(b, errDown, 0)
+	for range 3 {
+		_ = call(b, nil, 0)
+	}
+	if b.State() != Closed {
+		t.Fatalf("state = %v: 1 failure of 4 in the window, but failures from before it counted", b.State())
+	}
+	for range 4 {
+		_ = call(b, errDown, 0)
+	}
+	if b.State() != Open {
+		t.Fatalf("state = %v at 5 failures of 8 in the window, want open", b.State())
+	}
+}
+
+func TestBreaker_FailureRatio_ignoredCallsCountNeitherWay(t *testing.T) {
+	b := mustNew(t, Settings{Name: "i", FailureRatio: 0.5, MinRequests: 4, Window: time.Minute})
+	for range 2 {
+		_ = call(b, errDown, 0)
+		_ = call(b, Ignore, 0)
+		_ = call(b, context.Canceled, 0)
+	}
+	if b.State() != Closed {
+		t.Fatalf("state = %v after 2 failures: ignored calls counted toward MinRequests", b.State())
+	}
+	_ = call(b, nil, 0)
+	_ = call(b, errDown, 0) // 3 failures of 4
+	if b.State() != Open {
+		t.Fatalf("state = %v at 3 failures of 4, want open: ignored calls diluted the rate", b.State())
+	}
+}
+
+func TestBreaker_halfOpen_ignoredProbeFreesItsSlot(t *testing.T) {
+	const openTimeout = 20 * time.Millisecond
+	b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout})
+	_ = call(b, errDown, 0)
+	time.Sleep(openTimeout + 10*time.Millisecond)
+	if err := call(b, Ignore, 0); err != nil {
+		t.Fatalf("probe refused: %v", err)
+	}
+	if b.State() != HalfOpen {
+		t.Fatalf("state %v after an ignored probe, want still half-open", b.State())
+	}
+	if err := call(b, nil, 0); err != nil {
+		t.Fatalf("second probe refused after the first said nothing: %v", err)
+	}
+	if b.State() != Closed {
+		t.Fatalf("state %v after a good probe, want closed", b.State())
+	}
+}
+
+func TestBreaker_lateOutcomeOfAnOlderStateIsDropped(t *testing.T) {
+	const openTimeout = 20 * time.Millisecond
+	b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout})
+	late, err := b.Allow() // admitted while closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = call(b, errDown, 0)
+	time.Sleep(openTimeout + 10*time.Millisecond)
+	probe, err := b.Allow()
+	if err != nil {
+		t.Fatalf("probe refused: %v", err)
+	}
+	late(errDown, 0) // from before the breaker opened: says nothing now
+	if b.State() != HalfOpen {
+		t.Fatalf("state %v: a failure from the closed state reopened a half-open breaker", b.State())
+	}
+	probe(nil, 0)
+	if b.State() != Closed {
+		t.Fatalf("state %v after a good probe, want closed", b.State())
+	}
+}
+
+// The hot paths allocate nothing: a closed breaker's Allow, done and
+// Execute, and an open breaker's refusal.
+func TestBreaker_noAllocations(t *testing.T) {
+	for _, s := range []Settings{{Name: "run"}, {Name: "ratio", FailureRatio: 0.5}, {Name: "slow", SlowCall: time.Hour}} {
+		b := mustNew(t, s)
+		fn := func() error { return nil }
+		if n := testing.AllocsPerRun(100, func() { _ = b.Execute(fn) }); n != 0 {
+			t.Errorf("%s: Execute allocates %v times per call, want 0", s.Name, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = call(b, nil, 0) }); n != 0 {
+			t.Errorf("%s: Allow and done allocate %v times per call, want 0", s.Name, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = call(b, errDown, 0); _ = call(b, nil, 0) }); n != 0 {
+			t.Errorf("%s: a failure allocates %v times per call, want 0", s.Name, n)
+		}
+	}
+	b := mustNew(t, Settings{Name: "open", Failures: 1, OpenTimeout: time.Hour})
+	_ = call(b, errDown, 0)
+	if n := testing.AllocsPerRun(100, func() { _ = b.Execute(func() error { return nil }) }); n != 0 {
+		t.Errorf("refusing allocates %v times per call, want 0", n)
+	}
+}
+
+// Many goroutines through one breaker: no outcome lost to a race between
+// the lock-free counters and a transition.
+func TestBreaker_concurrentRunOpensOnce(t *testing.T) {
+	rec := &recorder{}
+	b := mustNew(t, Settings{Name: "c", Failures: 50, OpenTimeout: time.Hour, OnStateChange: rec.on})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				_ = b.Execute(func() error { return errDown })
+			}
+		})
+	}
+	wg.Wait()
+	if got := rec.String(); got != "closed>open" || b.State() != Open {
+		t.Fatalf("transitions %q, state %v; want closed>open once, open", got, b.State())
+	}
+}

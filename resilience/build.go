@@ -99,7 +99,9 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 			bad("Lock", "MaxWait must be at least Wait")
 		}
 	}
-	if !c.timeoutSet {
+	if !c.timeoutSet && !c.keyless {
+		// A Keyless call runs on its caller's context (and CallTimeout):
+		// without Timeout, it has no attempt timeout of its own.
 		c.timeout = DefaultTimeout
 	}
 	if c.flightTimeout == 0 {

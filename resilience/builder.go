@@ -22,7 +22,10 @@ const (
 	DefaultMaxEntries = cache.DefaultMaxEntries
 	// DefaultJitter spreads TTLs over their last 10%.
 	DefaultJitter = 0.1
-	// DefaultTimeout bounds one loader attempt.
+	// DefaultTimeout bounds one loader attempt of a keyed pipeline. A
+	// [Builder.Keyless] pipeline has no attempt timeout unless
+	// [Builder.Timeout] sets one: its calls are bounded by the caller's
+	// context and [Builder.CallTimeout].
 	DefaultTimeout = 10 * time.Second
 	// DefaultFlightTimeout bounds a shared load, which runs detached from
 	// its callers' contexts so that one caller leaving does not cancel it
@@ -186,6 +189,8 @@ func (b *Builder[V]) fail(field, format string, args ...any) *Builder[V] {
 // Keyless declares a pipeline for calls that have no key (an HTTP POST, a
 // write): only breaker, retry, timeouts and the default run, through
 // [Pipeline.Do]. Build refuses key stages (cache, lock, Redis) on it.
+// Its calls run on the caller's goroutine and have no attempt timeout
+// unless [Builder.Timeout] sets one.
 func (b *Builder[V]) Keyless() *Builder[V] { b.c.keyless = true; return b }
 
 // Cache turns on the in-process cache (L1), keeping each value fresh for
@@ -291,8 +296,11 @@ func (b *Builder[V]) OnBreakerChange(fn func(name string, from, to breaker.State
 	return b
 }
 
-// Timeout bounds each loader attempt.
-// default: 10 seconds
+// Timeout bounds each loader attempt. The attempt returns at the timeout
+// even when the loader ignores its context (the loader then runs on a
+// goroutine of its own, whose late result is dropped).
+// default: 10 seconds; none on a Keyless pipeline, whose calls run on the
+// caller's goroutine, bounded by the caller's context and CallTimeout
 func (b *Builder[V]) Timeout(d time.Duration) *Builder[V] {
 	if d <= 0 {
 		return b.fail("Timeout", "must be positive, got %v", d)

@@ -44,8 +44,7 @@ func (p *Pipeline[V]) DoResult(ctx context.Context, fn DoFunc[V]) (Result[V], er
 		ctx, cancel = context.WithTimeout(ctx, p.callTimeout)
 		defer cancel()
 	}
-	load := func(ctx context.Context, _ string) (V, error) { return fn(ctx) }
-	v, _, err := p.callLoader(ctx, "", load)
+	v, _, err := p.callFunc(ctx, "", loader[V]{do: fn})
 	var r Result[V]
 	switch {
 	case err == nil:

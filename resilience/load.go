@@ -3,6 +3,9 @@ package resilience
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -58,6 +61,29 @@ func (p *Pipeline[V]) newEntry(v V, notFound bool, took time.Duration, fence int
 // callLoader runs the loader behind the breaker, retry and timeout. It
 // returns how long the successful (or last) attempt took.
 func (p *Pipeline[V]) callLoader(ctx context.Context, key string, load LoadFunc[V]) (V, time.Duration, error) {
+	return p.callFunc(ctx, key, loader[V]{load: load})
+}
+
+// loader is the user's function of a call: a keyed load, or a keyless
+// [DoFunc], carried as it is so that no adapter closure is allocated.
+type loader[V any] struct {
+	load LoadFunc[V]
+	do   DoFunc[V]
+}
+
+func (l loader[V]) call(ctx context.Context, key string) (V, error) {
+	if l.do != nil {
+		return l.do(ctx)
+	}
+	return l.load(ctx, key)
+}
+
+// callFunc is callLoader for either kind of function.
+func (p *Pipeline[V]) callFunc(ctx context.Context, key string, fn loader[V]) (V, time.Duration, error) {
+	if p.retry == nil {
+		v, took, err := p.attempt(ctx, key, fn, 1)
+		return v, took, unwrapPermanent(err)
+	}
 	var took time.Duration
 	var failure func(error) bool
 	if p.isFailure != nil {
@@ -66,14 +92,14 @@ func (p *Pipeline[V]) callLoader(ctx context.Context, key string, load LoadFunc[
 	v, err := retry(ctx, p.retry, failure, func(n int) (V, error) {
 		var v V
 		var err error
-		v, took, err = p.attempt(ctx, key, load, n)
+		v, took, err = p.attempt(ctx, key, fn, n)
 		return v, err
 	})
 	return v, took, err
 }
 
 // attempt is one loader call: breaker, timeout, panic recovery, span.
-func (p *Pipeline[V]) attempt(ctx context.Context, key string, load LoadFunc[V], n int) (V, time.Duration, error) {
+func (p *Pipeline[V]) attempt(ctx context.Context, key string, fn loader[V], n int) (V, time.Duration, error) {
 	var zero V
 	var sp trace.Span
 	if p.tel.Tracing() {
@@ -94,9 +120,18 @@ func (p *Pipeline[V]) attempt(ctx context.Context, key string, load LoadFunc[V],
 		}
 		done = d
 	}
-	start := time.Now()
-	v, err := p.runTimed(ctx, key, load)
-	took := time.Since(start)
+	// The clock is read only for what needs the duration: a keyed load
+	// (stamped on its entry), metrics, or a breaker's slow-call threshold.
+	timed := fn.do == nil || p.tel.Metering() || (p.br != nil && p.br.SlowCall() > 0)
+	var start time.Time
+	if timed {
+		start = time.Now()
+	}
+	v, err := p.runTimed(ctx, key, fn)
+	var took time.Duration
+	if timed {
+		took = time.Since(start)
+	}
 	if done != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
 			// The flight's or the caller's own deadline, not the loader's
@@ -127,44 +162,219 @@ func loadOutcome(err error) string {
 	return reason(err)
 }
 
-type loadResult[V any] struct {
-	v   V
-	err error
-}
-
-// runTimed calls load with the attempt timeout. When the loader ignores its
-// context past the timeout, the attempt returns anyway and the loader's
-// goroutine finishes on its own; its result is dropped.
-func (p *Pipeline[V]) runTimed(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
+// runTimed calls fn with the attempt timeout. When fn ignores its context
+// past the timeout, the attempt returns anyway and fn's goroutine finishes
+// on its own; its result is dropped. Without a timeout (a Keyless pipeline
+// without [Builder.Timeout]) fn runs on the caller's goroutine, with no
+// timer and no goroutine.
+func (p *Pipeline[V]) runTimed(ctx context.Context, key string, fn loader[V]) (V, error) {
 	if p.timeout <= 0 {
-		return safeLoad(ctx, key, load)
+		return safeLoad(ctx, key, fn)
 	}
-	actx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	ch := make(chan loadResult[V], 1) // buffered: a late loader never blocks
-	go func() {
-		v, err := safeLoad(actx, key, load)
-		ch <- loadResult[V]{v, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
-			return r.v, &timeoutError{what: "loader attempt", after: p.timeout.String(), cause: r.err}
-		}
-		return r.v, r.err
-	case <-actx.Done():
+	a := &timedAttempt[V]{parent: ctx, deadline: time.Now().Add(p.timeout), key: key, fn: fn}
+	if d, ok := ctx.Deadline(); ok && d.Before(a.deadline) {
+		a.deadline = d
+	}
+	timer := time.AfterFunc(p.timeout, a.expire)
+	defer timer.Stop()
+	go a.run()
+	// Yield once before waiting: fn, started on this P, usually finishes
+	// within that slice, and then nothing has to wake this goroutine.
+	runtime.Gosched()
+	if a.state.Load() != attemptFinished && !a.wait() {
 		var zero V
-		if ctx.Err() != nil {
-			return zero, ctx.Err()
+		if err := ctx.Err(); err != nil {
+			a.cancel(err)
+			return zero, err
 		}
 		return zero, &timeoutError{what: "loader attempt", after: p.timeout.String(), cause: context.DeadlineExceeded}
 	}
+	expired := a.Err() == context.DeadlineExceeded
+	a.cancel(context.Canceled)
+	if a.err != nil && expired && ctx.Err() == nil {
+		return a.v, &timeoutError{what: "loader attempt", after: p.timeout.String(), cause: a.err}
+	}
+	return a.v, a.err
 }
 
-// safeLoad calls load and turns a panic into a [*PanicError].
-func safeLoad[V any](ctx context.Context, key string, load LoadFunc[V]) (v V, err error) {
+// States of a timedAttempt.
+const (
+	attemptRunning uint32 = iota
+	attemptFinished
+	attemptWaited // the caller waits on wake
+)
+
+// timedAttempt is one attempt run on a goroutine of its own, and the
+// context it runs under: the caller's, with the attempt's deadline. It is
+// one allocation where context.WithTimeout and a result channel would be
+// several. The caller's goroutine propagates the caller's cancellation
+// while it waits; fn's result is read only once fn has finished, and an
+// attempt given up at its deadline writes into it unread.
+type timedAttempt[V any] struct {
+	parent   context.Context
+	deadline time.Time
+	key      string
+	fn       loader[V]
+	v        V
+	err      error
+	state    atomic.Uint32
+	wake     chan struct{} // made by a caller that waits, closed by run
+
+	mu     sync.Mutex
+	done   chan struct{} // made on demand, closed by cancel
+	cause  error         // why the context ended, nil while it lives
+	afters []*afterFunc
+}
+
+// afterFunc is a function registered with [timedAttempt.AfterFunc].
+type afterFunc struct {
+	f    func()
+	over bool // ran or stopped
+}
+
+func (a *timedAttempt[V]) run() {
+	a.v, a.err = safeLoad(a, a.key, a.fn)
+	if !a.state.CompareAndSwap(attemptRunning, attemptFinished) {
+		close(a.wake) // the caller waits
+	}
+}
+
+// wait blocks until fn finishes (true), or the attempt's deadline or the
+// caller's cancellation ends it (false).
+func (a *timedAttempt[V]) wait() bool {
+	a.wake = make(chan struct{})
+	if !a.state.CompareAndSwap(attemptRunning, attemptWaited) {
+		return true // finished meanwhile
+	}
+	select {
+	case <-a.wake:
+		return true
+	case <-a.Done():
+		return false
+	case <-a.parent.Done():
+		return false
+	}
+}
+
+func (a *timedAttempt[V]) expire() { a.cancel(context.DeadlineExceeded) }
+
+// cancel ends the context with err, once.
+func (a *timedAttempt[V]) cancel(err error) {
+	a.mu.Lock()
+	if a.cause != nil {
+		a.mu.Unlock()
+		return
+	}
+	a.cause = err
+	if a.done != nil {
+		close(a.done)
+	}
+	afters := a.afters
+	a.afters = nil
+	for _, f := range afters {
+		f.over = true
+	}
+	a.mu.Unlock()
+	for _, f := range afters {
+		go f.f()
+	}
+}
+
+// Deadline is the attempt's deadline, or the caller's if it is earlier.
+func (a *timedAttempt[V]) Deadline() (time.Time, bool) { return a.deadline, true }
+
+// Done is closed when the attempt's deadline passes, when the caller's
+// context ends, and when the attempt returns.
+func (a *timedAttempt[V]) Done() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done == nil {
+		a.done = make(chan struct{})
+		if a.cause != nil {
+			close(a.done)
+		}
+	}
+	return a.done
+}
+
+func (a *timedAttempt[V]) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cause
+}
+
+// Value is the caller's context's, except for the standard library's
+// lookup of the nearest cancelable context: this context ends on its own,
+// so context.Cause and derived contexts must consult it, not a parent.
+func (a *timedAttempt[V]) Value(key any) any {
+	if key == cancelCtxKey && cancelCtxKey != nil {
+		return nil
+	}
+	return a.parent.Value(key)
+}
+
+// AfterFunc arranges for f to run on its own goroutine once the context
+// ends, as [context.AfterFunc] does; contexts derived from this one use
+// it instead of a goroutine each.
+func (a *timedAttempt[V]) AfterFunc(f func()) (stop func() bool) {
+	e := &afterFunc{f: f}
+	a.mu.Lock()
+	if a.cause != nil {
+		e.over = true
+		go f()
+	} else {
+		a.afters = append(a.afters, e)
+	}
+	a.mu.Unlock()
+	return func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if e.over {
+			return false
+		}
+		e.over = true
+		for i, x := range a.afters {
+			if x == e {
+				a.afters = append(a.afters[:i], a.afters[i+1:]...)
+				break
+			}
+		}
+		return true
+	}
+}
+
+func (a *timedAttempt[V]) String() string {
+	return "resilience.attemptContext(" + a.deadline.String() + ")"
+}
+
+// cancelCtxKey is the key the standard library's context package looks up
+// to find a context's nearest cancelable ancestor, learned from a probe
+// (nil if the package stops looking it up that way).
+var cancelCtxKey = func() any {
+	p := keyProbe{Context: context.Background()}
+	_ = context.Cause(&p)
+	return p.key
+}()
+
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Value(key any) any {
+	if p.key == nil {
+		p.key = key
+	}
+	return nil
+}
+
+// Err says the probe ended, so that context.Cause looks further.
+func (p *keyProbe) Err() error { return context.Canceled }
+
+// safeLoad calls fn and turns a panic into a [*PanicError].
+func safeLoad[V any](ctx context.Context, key string, fn loader[V]) (v V, err error) {
 	defer recoverPanic("loader", &err)
-	return load(ctx, key)
+	return fn.call(ctx, key)
 }
 
 // userIsFailure runs the user's IsFailure hook; a panic there counts the

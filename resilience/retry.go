@@ -155,6 +155,9 @@ func retry[V any](ctx context.Context, s *RetrySettings, failure func(error) boo
 // unwrapPermanent returns the error a [Permanent] wrapped, so callers get
 // their loader's own error whether or not Retry is configured.
 func unwrapPermanent(err error) error {
+	if err == nil {
+		return nil
+	}
 	var perm *backoff.PermanentError
 	if errors.As(err, &perm) {
 		return perm.Err

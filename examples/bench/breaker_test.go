@@ -23,8 +23,8 @@ func work(context.Context) (string, error) { return "ok", nil }
 // breaker and timeout policies, and gobreaker's Execute, which has no
 // timeout. The pipeline's timeout returns at the deadline even when the
 // call ignores its context, so it runs the call on a goroutine of its
-// own; failsafe-go's cancels the call's context and waits for it to
-// return.
+// own (without Timeout, a keyless call runs on the caller's goroutine);
+// failsafe-go's cancels the call's context and waits for it to return.
 func BenchmarkDoBreaker(b *testing.B) {
 	ctx := context.Background()
 	runContenders(b, []contender{
@@ -99,8 +99,9 @@ func BenchmarkBreaker(b *testing.B) {
 	}))
 }
 
-// BenchmarkBreakerParallel is BenchmarkBreaker from every P at once: both
-// take gobreaker's mutex on each call.
+// BenchmarkBreakerParallel is BenchmarkBreaker from every P at once:
+// gobreaker takes its mutex twice a call; a closed breaker of the breaker
+// package takes none.
 func BenchmarkBreakerParallel(b *testing.B) {
 	runContenders(b, breakers(func(b *testing.B, call func() error) {
 		b.ReportAllocs()
