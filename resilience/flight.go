@@ -23,6 +23,9 @@ type outcome[V any] struct {
 	// triggered it (a refresh by another process, say).
 	refresh bool
 	after   time.Time
+	// gen is the write generation when the load began: its L1 fill is
+	// skipped if key was written or dropped since (see write.go).
+	gen uint64
 }
 
 // accepts reports whether e, found with freshness f, answers the load o
@@ -145,6 +148,7 @@ func (p *Pipeline[V]) fetchInto(ctx context.Context, key string, load LoadFunc[V
 
 // fetch is fetchInto without the recovery.
 func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o *outcome[V]) (*outcome[V], error) {
+	o.gen = p.writes.gens.stamp()
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		o.leadSpan = sc
 	}
@@ -177,13 +181,13 @@ func (p *Pipeline[V]) fetch(ctx context.Context, key string, load LoadFunc[V], o
 		case err != nil:
 			o.failOpen(err)
 		case o.accepts(&e, f):
-			p.fillL1(key, e)
+			p.fillL1(key, e, o)
 			o.res, err = fromEntry(&e, SourceL2)
 			return o, err
 		case f == cache.Stale:
 			o.stale, o.hasStale = e, true
 			if p.swr && !e.NotFound && !o.refresh {
-				p.fillL1(key, e)
+				p.fillL1(key, e, o)
 				p.refreshAsync(ctx, key, load, e.Written)
 				o.res = Result[V]{Value: e.Value, Source: SourceStale}
 				return o, nil

@@ -80,7 +80,7 @@ func (p *Pipeline[V]) lockedFetch(ctx context.Context, key string, load LoadFunc
 	start := time.Now()
 	lk, err := p.lookRedis(ctx, key)
 	if err == nil && lk.lease == nil { // a fresh value: no lock needed
-		p.fillL1(key, lk.e)
+		p.fillL1(key, lk.e, o)
 		o.res, err = fromEntry(&lk.e, SourceL2)
 		return err
 	}
@@ -197,7 +197,7 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 			// write-back, which would fail too.
 			o.failOpen(err)
 		case o.accepts(&e, f):
-			p.fillL1(key, e)
+			p.fillL1(key, e, o)
 			o.res, err = fromEntry(&e, SourceL2)
 			return err
 		}
@@ -280,7 +280,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
 				return p.holdAndLoad(ctx, key, load, lk.lease, o, false)
 			case err == nil:
-				p.fillL1(key, lk.e)
+				p.fillL1(key, lk.e, o)
 				p.lockOutcome(ctx, sp, "waited", start, nil)
 				o.res, err = fromEntry(&lk.e, SourceWaited)
 				return err
@@ -299,7 +299,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			case err != nil:
 				return p.loadFailedOpen(ctx, sp, "l2_get", err, key, load, o, start)
 			case o.accepts(&e, f):
-				p.fillL1(key, e)
+				p.fillL1(key, e, o)
 				p.lockOutcome(ctx, sp, "waited", start, nil)
 				o.res, err = fromEntry(&e, SourceWaited)
 				return err

@@ -65,6 +65,8 @@ type Pipeline[V any] struct {
 	closed     atomic.Bool
 	closeOnce  sync.Once // Close's work; concurrent callers wait for it
 	closeErr   error
+
+	writes writes[V] // Set, Invalidate, Clone: see write.go
 }
 
 // Name returns the pipeline's name.
@@ -79,14 +81,14 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 		return zero, err
 	}
 	if !p.tel.Off() {
-		r, err := p.getObserved(ctx, key, load)
+		r, err := p.cloned(p.getObserved(ctx, key, load))
 		return r.Value, err
 	}
 	e, f := p.lookup(key)
 	if f == cache.Fresh && !e.NotFound && p.beta == 0 {
-		return e.Value, nil // the L1 hit, without building a Result nobody reads
+		return p.out(e.Value), nil // the L1 hit, without building a Result nobody reads
 	}
-	r, err := p.get(ctx, key, load, e, f)
+	r, err := p.cloned(p.get(ctx, key, load, e, f))
 	return r.Value, err
 }
 
@@ -97,10 +99,10 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 		return Result[V]{}, err
 	}
 	if !p.tel.Off() {
-		return p.getObserved(ctx, key, load)
+		return p.cloned(p.getObserved(ctx, key, load))
 	}
 	e, f := p.lookup(key)
-	return p.get(ctx, key, load, e, f)
+	return p.cloned(p.get(ctx, key, load, e, f))
 }
 
 func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]) error {
