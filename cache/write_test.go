@@ -11,12 +11,16 @@ import (
 var testWrite = WriteOptions{Origin: "12345678", FenceRetention: time.Hour, Hold: 2 * time.Second}
 
 // grant writes a lock hash as package lock's acquire does: token t,
-// fence f.
-func grant(t *testing.T, r *Redis[user], key, token string, fence int64) {
+// fence f; with counter, the fence counter too (without: the counter was
+// lost, as after a failover).
+func grant(t *testing.T, r *Redis[user], key, token string, fence int64, counter bool) {
 	t.Helper()
 	ctx := testCtx(t)
 	if err := rdb.HSet(ctx, r.keys.Lock(key), "t", token, "f", fence).Err(); err != nil {
 		t.Fatal(err)
+	}
+	if !counter {
+		return
 	}
 	if err := rdb.Set(ctx, r.keys.Fence(key), fence, time.Hour).Err(); err != nil {
 		t.Fatal(err)
@@ -33,7 +37,7 @@ func TestWrite_outranksHolderAndUnlockedWrites(t *testing.T) {
 	}
 	// A holder granted a fence far above the clock.
 	const holderFence = int64(1) << 52
-	grant(t, r, "k", "tok", holderFence)
+	grant(t, r, "k", "tok", holderFence, false)
 
 	fence, err := r.Write(ctx, "k", entry(user{Name: "set"}, 0), testWrite)
 	if err != nil {
@@ -65,7 +69,7 @@ func TestWrite_outranksHolderAndUnlockedWrites(t *testing.T) {
 		t.Fatalf("Get = %+v, %v, %v; want the written value", e, f, err)
 	}
 	// A later grant (above the write's fence) writes over it.
-	grant(t, r, "k", "tok2", fence+1)
+	grant(t, r, "k", "tok2", fence+1, true)
 	if stored, err := r.SetHeld(ctx, "k", entry(user{Name: "newer"}, fence+1), "tok2"); err != nil || !stored {
 		t.Fatalf("newer holder SetHeld = %v, %v; want stored", stored, err)
 	}
@@ -78,7 +82,7 @@ func TestInvalidate_tombstoneIsMissRevokesLockRefusesOlderWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	const holderFence = int64(1) << 52
-	grant(t, r, "k", "tok", holderFence)
+	grant(t, r, "k", "tok", holderFence, false)
 
 	fence, err := r.Invalidate(ctx, "k", testWrite)
 	if err != nil {
@@ -105,7 +109,7 @@ func TestInvalidate_tombstoneIsMissRevokesLockRefusesOlderWrites(t *testing.T) {
 		t.Fatalf("unlocked Set after Invalidate = %v, %v; want refused", stored, err)
 	}
 	// A grant after it (above the tombstone) writes.
-	grant(t, r, "k", "tok2", fence+1)
+	grant(t, r, "k", "tok2", fence+1, true)
 	if stored, err := r.SetHeld(ctx, "k", entry(user{Name: "new"}, fence+1), "tok2"); err != nil || !stored {
 		t.Fatalf("new holder SetHeld = %v, %v; want stored", stored, err)
 	}
