@@ -234,6 +234,8 @@ func TestInvalidate_redis_loadAfterwardsIsStored(t *testing.T) {
 // invalidates a key it holds drops its L1 when its subscription comes
 // back.
 func TestReconnect_dropsL1(t *testing.T) {
+	// Longer than go-redis's 3 s subscription health check.
+	const cutFor = 4 * time.Second
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	a := redisPods(t, srv, "w-reconnect", 1, nil)[0]
@@ -251,7 +253,7 @@ func TestReconnect_dropsL1(t *testing.T) {
 	if err := a.Invalidate(ctxT(t), "k"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(cutFor)
 	if v, ok := l1Value(b, "k"); !ok || v != "v1" {
 		t.Fatalf("B heard the invalidation through a cut link: L1 = %q, %v", v, ok)
 	}
