@@ -80,7 +80,7 @@ type event struct {
 	FailedOpen bool   `json:"failed_open,omitempty"`
 	Err        string `json:"err,omitempty"`
 	LatencyUS  int64  `json:"latency_us,omitempty"`
-	Cmd        string `json:"cmd,omitempty"` // script: the command; breaker: its name
+	Cmd        string `json:"cmd,omitempty"`   // script: the command; breaker: its name
 	AtNS       int64  `json:"at_ns,omitempty"` // write ops: when, in Unix nanoseconds
 }
 
