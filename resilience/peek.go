@@ -38,12 +38,14 @@ func (p *Pipeline[V]) Peek(ctx context.Context, key string) (v V, found bool, er
 
 // Refresh loads key now, whatever the caches hold, stores the value as a
 // load on a miss does, and returns it. It follows a miss's rules: the
-// concurrent Refresh calls of key in this process share one load; with Lock, one process loads at a time,
-// and a Refresh that finds another process's lock waits for that load's
-// value (a value written after the Refresh began answers it). A failed
+// concurrent Refresh calls of key in this process share one load; with
+// Lock, one process loads at a time, and a Refresh that finds another
+// process's lock waits for that load's value (a value written after the
+// Refresh began answers it). A failed
 // load returns its error: there is no fallback, and the cached value is
 // left as it was. The shared load runs detached from ctx, bounded by
-// FlightTimeout; a caller whose ctx ends returns at once.
+// FlightTimeout; a caller whose ctx ends returns at once. A Get's load of
+// key already in flight is not joined: Refresh loads anew.
 func (p *Pipeline[V]) Refresh(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
 	var zero V
 	if err := p.checkGet(ctx, key, load); err != nil {

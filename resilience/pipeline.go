@@ -75,6 +75,9 @@ func (p *Pipeline[V]) Name() string { return p.name }
 // Get returns the value of key: from the caches if fresh, else from load,
 // run once for all concurrent callers. It is [Pipeline.GetResult] without
 // the details.
+//
+// The value is shared with the cache and with other callers: do not
+// change a map, slice or pointee in it, or use [Builder.Clone].
 func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
 	if err := p.checkGet(ctx, key, load); err != nil {
 		var zero V

@@ -80,6 +80,18 @@ func (p *Pipeline[V]) Set(ctx context.Context, key string, value V) error {
 // started before Invalidate do not put their values in it. Without
 // Redis, that is all. The local copy is dropped even when Redis fails;
 // the failure is returned.
+//
+// Across processes, the guarantee rests on each process's subscription
+// (one per pipeline, held whenever Redis is configured). A process that
+// has it drops its copy when the announcement arrives (about a
+// millisecond on one host; see the README). A process that lost it (a
+// broken link, a Redis restart) cannot hear announcements meanwhile: it
+// serves its in-process copies until their L1TTL ends, and drops every
+// one of them when the subscription is confirmed again. So a process
+// serves a value at most L1TTL after it was invalidated, and usually for
+// the announcement's transit alone; keep L1TTL as short as staleness
+// during an outage may be. Announcements made between a pipeline's Build
+// and its first confirmation (Health's Subscribed) are not heard either.
 func (p *Pipeline[V]) Invalidate(ctx context.Context, key string) error {
 	if err := p.checkWrite(ctx, key, "Invalidate"); err != nil {
 		return err
