@@ -435,3 +435,34 @@ func TestWrites_badCalls(t *testing.T) {
 		t.Errorf("Refresh after Close = %v", err)
 	}
 }
+
+// TestWrites_redisWithoutLock: the subscription that carries writes is
+// held with Redis alone; Set and Invalidate reach the other pipeline's L1.
+func TestWrites_redisWithoutLock(t *testing.T) {
+	srv := redistest.Start(t)
+	var ps []*Pipeline[string]
+	for range 2 {
+		p := build(t, New[string]("w-nolock").Cache(time.Minute).SingleFlight().Redis(srv.Client()))
+		waitFor(t, func() bool { return p.Health().Subscribed })
+		ps = append(ps, p)
+	}
+	s := newSource("v1")
+	for _, p := range ps {
+		mustGet(t, p, "k", s.load)
+	}
+	if err := ps[0].Set(ctxT(t), "k", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := l1Value(ps[1], "k"); return !ok })
+	if r := mustGet(t, ps[1], "k", s.load); r.Value != "v2" || r.Source != SourceL2 {
+		t.Fatalf("after Set: %q (%v), want v2 from l2", r.Value, r.Source)
+	}
+	if err := ps[0].Invalidate(ctxT(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := l1Value(ps[1], "k"); return !ok })
+	s.row.Store("v3")
+	if r := mustGet(t, ps[1], "k", s.load); r.Value != "v3" || r.Source != SourceLoader {
+		t.Fatalf("after Invalidate: %q (%v), want v3 from the loader", r.Value, r.Source)
+	}
+}
