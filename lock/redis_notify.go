@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -34,6 +35,8 @@ type RedisNotifier struct {
 
 	closeOnce sync.Once // guards closing ps
 	closeErr  error
+
+	hooks atomic.Pointer[NotifierHooks] // see SetHooks
 }
 
 var _ MarkNotifier = (*RedisNotifier)(nil)
@@ -68,16 +71,18 @@ func NewRedisNotifier(client redis.UniversalClient, o RedisOptions) (*RedisNotif
 
 func (n *RedisNotifier) receive(msgs <-chan any) {
 	defer close(n.done)
-	confirmed := false
+	confirmations := 0
 	for m := range msgs {
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if !confirmed && m.Kind == "subscribe" {
-				confirmed = true
-				close(n.ready)
+			if m.Kind == "subscribe" {
+				if confirmations++; confirmations == 1 {
+					close(n.ready)
+				}
+				n.confirmed(confirmations)
 			}
 		case *redis.Message:
-			n.f.deliver(m.Payload)
+			n.f.deliver(n.message(m.Payload))
 		}
 	}
 }

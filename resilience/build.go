@@ -125,6 +125,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		timeout: c.timeout, callTimeout: c.callTimeout, flightTimeout: c.flightTimeout,
 		isFailure: c.isFailure,
 	}
+	p.writes.clone = c.clone
 	p.jitter = DefaultJitter
 	if c.jitterSet {
 		p.jitter = c.jitter

@@ -167,6 +167,7 @@ type config[V any] struct {
 	redisOpts RedisOptions
 
 	defaultFn func(ctx context.Context, key string, cause error) (V, error)
+	clone     func(V) V
 	isFailure func(error) bool
 	onBreaker func(name string, from, to breaker.State)
 	logger    *slog.Logger

@@ -25,4 +25,15 @@
 //
 // With no Redis configured the pipeline runs in one process (the embedded
 // default): memory cache, in-process lock.
+//
+// [Pipeline.Set] and [Pipeline.Invalidate] write a key through: in Redis,
+// fenced above every load in flight, and announced to every process, which
+// drops its in-process copy. [Pipeline.Peek] reads without loading;
+// [Pipeline.Refresh] reloads now; a loader can set its value's TTL with
+// [SetTTL].
+//
+// Values are shared, not copied: every caller of a key gets the value the
+// cache holds (an L1 hit returns it without a copy or an allocation), so a
+// caller must not change a map, slice or pointee in it. [Builder.Clone]
+// makes every value handed out a copy instead.
 package resilience

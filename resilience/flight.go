@@ -26,6 +26,9 @@ type outcome[V any] struct {
 	// triggered it (a refresh by another process, say).
 	refresh bool
 	after   time.Time
+	// gen is the write generation when the load began: its L1 fill is
+	// skipped if key was written or dropped since (see write.go).
+	gen uint64
 }
 
 // accepts reports whether e, found with freshness f, answers the load o
@@ -321,6 +324,9 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 			pd, finished, err = pending[V]{}, true, &PanicError{Stage: "pipeline", Value: v, Stack: debug.Stack()}
 		}
 	}()
+	// Writes (Set, Invalidate) from now on keep this load's value out of
+	// L1.
+	o.gen = p.writes.gens.stamp()
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		o.leadSpan = sc
 	}
@@ -353,7 +359,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 				o.failOpen(err)
 				return pd, false, nil
 			case f == cache.Fresh:
-				p.fillL1(key, e)
+				p.fillL1(key, e, o)
 				o.res, err = fromEntry(&e, SourceL2)
 				return pd, true, err
 			}
@@ -364,7 +370,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		pd.lk, pd.err = p.lookRedis(ctx, key)
 		switch {
 		case pd.err == nil && pd.lk.lease == nil: // a fresh value: no lock needed
-			p.fillL1(key, pd.lk.e)
+			p.fillL1(key, pd.lk.e, o)
 			o.res, err = fromEntry(&pd.lk.e, SourceL2)
 			return pd, true, err
 		case pd.err != nil && !errors.Is(pd.err, lock.ErrNotAcquired) && ctx.Err() != nil:
@@ -383,13 +389,13 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		case err != nil:
 			o.failOpen(err)
 		case o.accepts(&e, f):
-			p.fillL1(key, e)
+			p.fillL1(key, e, o)
 			o.res, err = fromEntry(&e, SourceL2)
 			return pd, true, err
 		case f == cache.Stale:
 			o.stale, o.hasStale = e, true
 			if p.swr && !e.NotFound && !o.refresh {
-				p.fillL1(key, e)
+				p.fillL1(key, e, o)
 				p.refreshAsync(ctx, key, load, e.Written)
 				o.res = Result[V]{Value: e.Value, Source: SourceStale}
 				return pd, true, nil

@@ -13,9 +13,10 @@ type Health struct {
 	// breaker.Settings.Name says otherwise) with Breaker, and the Redis
 	// one ("redis" unless named otherwise) with Redis.
 	Breakers map[string]breaker.State
-	// Subscribed is set when the pipeline, with Redis and Lock, has its
+	// Subscribed is set when the pipeline, with Redis, has its
 	// announcement subscription confirmed by Redis. Without it, waiters
-	// fall back to their poll.
+	// fall back to their poll, and other processes' Set and Invalidate
+	// reach this one's L1 only when it comes back (see Invalidate).
 	Subscribed bool
 }
 

@@ -20,7 +20,8 @@ import (
 // not-found when negative caching is on) in L2 and L1, under g's lease
 // (nil: unlocked).
 func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFunc[V], g *grant, o *outcome[V]) error {
-	v, took, err := p.callLoader(ctx, key, load)
+	lctx, ttl := withLoaderTTL(ctx) // for SetTTL
+	v, took, err := p.callLoader(lctx, key, load)
 	notFound := errors.Is(err, ErrNotFound)
 	if err != nil && !(notFound && p.negTTL > 0) {
 		if notFound {
@@ -33,6 +34,7 @@ func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFun
 		fence = g.lease.Fence()
 	}
 	e := p.newEntry(v, notFound, took, fence)
+	p.applyLoaderTTL(&e, ttl)
 	p.store(ctx, key, e, g, o)
 	o.res.Source = SourceLoader
 	if notFound {

@@ -212,7 +212,7 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 			// write-back, which would fail too.
 			o.failOpen(err)
 		case o.accepts(&e, f):
-			p.fillL1(key, e)
+			p.fillL1(key, e, o)
 			o.res, err = fromEntry(&e, SourceL2)
 			return err
 		}
@@ -296,7 +296,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
 				return p.holdAndLoad(ctx, key, load, lk.lease, o, false, nil)
 			case err == nil:
-				p.fillL1(key, lk.e)
+				p.fillL1(key, lk.e, o)
 				p.lockOutcome(ctx, sp, "waited", start, nil)
 				o.res, err = fromEntry(&lk.e, SourceWaited)
 				return err
@@ -315,7 +315,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			case err != nil:
 				return p.loadFailedOpen(ctx, sp, "l2_get", err, key, load, o, start)
 			case o.accepts(&e, f):
-				p.fillL1(key, e)
+				p.fillL1(key, e, o)
 				p.lockOutcome(ctx, sp, "waited", start, nil)
 				o.res, err = fromEntry(&e, SourceWaited)
 				return err

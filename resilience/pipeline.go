@@ -66,6 +66,8 @@ type Pipeline[V any] struct {
 	callCounts atomic.Pointer[callCounts]
 	closeOnce  sync.Once // Close's work; concurrent callers wait for it
 	closeErr   error
+
+	writes writes[V] // Set, Invalidate, Clone: see write.go
 }
 
 // Name returns the pipeline's name.
@@ -74,6 +76,9 @@ func (p *Pipeline[V]) Name() string { return p.name }
 // Get returns the value of key: from the caches if fresh, else from load,
 // run once for all concurrent callers. It is [Pipeline.GetResult] without
 // the details.
+//
+// The value is shared with the cache and with other callers: do not
+// change a map, slice or pointee in it, or use [Builder.Clone].
 func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
 	if err := p.checkGet(ctx, key, load); err != nil {
 		var zero V
@@ -86,9 +91,9 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 			var zero V
 			return zero, ErrNotFound
 		}
-		return h.Value(), nil
+		return p.out(h.Value()), nil
 	}
-	r, err := p.call(ctx, key, load, h, f)
+	r, err := p.cloned(p.call(ctx, key, load, h, f))
 	return r.Value, err
 }
 
@@ -104,9 +109,9 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 			p.stats.notFound.Add(1)
 			return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
 		}
-		return Result[V]{Value: h.Value(), Source: SourceL1}, nil
+		return Result[V]{Value: p.out(h.Value()), Source: SourceL1}, nil
 	}
-	return p.call(ctx, key, load, h, f)
+	return p.cloned(p.call(ctx, key, load, h, f))
 }
 
 func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]) error {

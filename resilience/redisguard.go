@@ -56,8 +56,9 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 // dead, so it is tried even while the breaker is open, and given time.
 const releaseTimeout = 5 * time.Second
 
-// wireRedis builds the Redis cache, and with Lock, the Redis lock and
-// notifier, and the guard around them.
+// wireRedis builds the Redis cache, the notifier (which also keeps L1
+// coherent: see watchWrites), with Lock the Redis lock, and the guard
+// around them.
 func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	o := c.redisOpts
 	if o.Prefix == "" {
@@ -105,6 +106,13 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 		return &ConfigError{Pipeline: c.name, Field: "Redis", Problem: err.Error()}
 	}
 	p.l2 = l2
+	n, err := lock.NewRedisNotifier(c.redis, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name})
+	if err != nil {
+		return &ConfigError{Pipeline: c.name, Field: "Redis", Problem: err.Error()}
+	}
+	p.watchWrites(n)
+	p.notifier = n
+	p.closers = append(p.closers, n.Close)
 	if !c.lockOn {
 		return nil
 	}
@@ -113,12 +121,8 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
 	}
-	n, err := lock.NewRedisNotifier(c.redis, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name})
-	if err != nil {
-		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
-	}
-	p.locker, p.notifier, p.rlock = lk, n, lk
-	p.closers = append(p.closers, n.Close, func() error { lk.Wait(); return nil })
+	p.locker, p.rlock = lk, lk
+	p.closers = append(p.closers, func() error { lk.Wait(); return nil })
 	return nil
 }
 

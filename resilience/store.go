@@ -74,8 +74,8 @@ func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, er
 }
 
 // fillL1 copies an entry read from L2 into L1, keeping L1's TTL no longer
-// than L1TTL.
-func (p *Pipeline[V]) fillL1(key string, e cache.Entry[V]) {
+// than L1TTL, unless key was written or dropped since o's load began.
+func (p *Pipeline[V]) fillL1(key string, e cache.Entry[V], o *outcome[V]) {
 	if p.l1 == nil {
 		return
 	}
@@ -85,7 +85,7 @@ func (p *Pipeline[V]) fillL1(key string, e cache.Entry[V]) {
 			e.StaleUntil = limit
 		}
 	}
-	p.l1.Set(key, e)
+	p.fillIfCurrent(key, e, o.gen)
 }
 
 // store writes a loaded entry to L2 and L1. Under a grant, the write goes
@@ -136,7 +136,7 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g
 			return
 		}
 	}
-	p.fillL1(key, e)
+	p.fillL1(key, e, o)
 }
 
 // leaseLost records a holder that found its lease gone before writing.
@@ -149,26 +149,4 @@ func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
 		p.tel.FailOpen(ctx, "l2_set:lease_lost")
 	}
 	p.logs.lostLease(ctx)
-}
-
-// Invalidate removes key from the in-process cache and from Redis.
-func (p *Pipeline[V]) Invalidate(ctx context.Context, key string) error {
-	switch {
-	case ctx == nil:
-		return ErrNilContext
-	case key == "":
-		return ErrEmptyKey
-	case p.closed.Load():
-		return ErrClosed
-	}
-	if p.l1 != nil {
-		p.l1.Delete(key)
-	}
-	if p.l2 == nil {
-		return nil
-	}
-	_, err := guard(ctx, p.redisGuard, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, p.l2.Delete(ctx, key)
-	})
-	return err
 }

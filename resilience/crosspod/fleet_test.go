@@ -55,6 +55,7 @@ type fleet struct {
 	changed chan struct{} // closed and replaced on every event
 	pods    []*podProc
 	loads   []loadEvent // every load begun, in the order the parent heard of them
+	others  []event     // events of the write ops (writes_test.go), in order
 	nextID  int
 }
 
@@ -220,6 +221,8 @@ func (f *fleet) record(p *podProc, ev event) {
 		p.breakers = append(p.breakers, ev.Cmd+":"+ev.Value)
 	case "done":
 		p.dones[ev.ID] = ev.Err
+	default:
+		f.others = append(f.others, ev)
 	}
 	f.notifyLocked()
 }

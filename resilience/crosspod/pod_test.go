@@ -61,6 +61,10 @@ type command struct {
 	Callers int           `json:"callers,omitempty"`
 	Sleep   time.Duration `json:"sleep,omitempty"` // how long a load takes
 	Hold    bool          `json:"hold,omitempty"`  // a load waits for "finish" instead
+	// The write ops ("set", "inval", "watch", "peek"; see writes_pod_test.go).
+	Value  string   `json:"value,omitempty"`
+	Keys   []string `json:"keys,omitempty"`
+	Values []string `json:"values,omitempty"`
 }
 
 // event is a pod -> parent message, one JSON line on the pod's stdout.
@@ -76,7 +80,8 @@ type event struct {
 	FailedOpen bool   `json:"failed_open,omitempty"`
 	Err        string `json:"err,omitempty"`
 	LatencyUS  int64  `json:"latency_us,omitempty"`
-	Cmd        string `json:"cmd,omitempty"` // script: the command; breaker: its name
+	Cmd        string `json:"cmd,omitempty"`   // script: the command; breaker: its name
+	AtNS       int64  `json:"at_ns,omitempty"` // write ops: when, in Unix nanoseconds
 }
 
 // emitter writes events from many goroutines.
@@ -198,7 +203,9 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 		case "invalidate":
 			p.invalidate(c)
 		default:
-			return fmt.Errorf("unknown op %q", c.Op)
+			if !p.writeOp(c) {
+				return fmt.Errorf("unknown op %q", c.Op)
+			}
 		}
 	}
 	return sc.Err() // stdin closed: the parent is gone
