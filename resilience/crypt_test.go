@@ -157,7 +157,7 @@ func TestEncrypt_swappedValue_missCountedLogged(t *testing.T) {
 				t.Fatalf("Get(b) = %+v, %v after %d loads; want b's own value, loaded once", r, err, loads.Load())
 			}
 			got, _ := m.collect(t)
-			wantPoints(t, got, telemetry.MetricCorrupt, map[string]float64{"reason=decrypt_failed,resilience.pipeline=" + name + ",tier=l2": 1})
+			wantPoints(t, got, telemetry.MetricCorrupt, map[string]float64{"herdguard.pipeline=" + name + ",herdguard.reason=decrypt_failed,herdguard.tier=l2": 1})
 			if n := reader.l2.Corrupted(); n != 1 {
 				t.Fatalf("Corrupted() = %d, want 1", n)
 			}

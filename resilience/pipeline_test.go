@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/telemetry"
 )
 
 // counter is a loader that counts its calls and can be told what to do.
@@ -431,25 +433,42 @@ func TestDo_keyless_breakerTimeoutDefault(t *testing.T) {
 	}
 }
 
-func TestGet_embeddedLock_withoutSingleFlightOneLoad(t *testing.T) {
-	// Two pipelines, one process, sharing nothing but being built the same:
-	// each has its own in-process lock, so this checks the lock stage path
-	// (winner, waiter) inside one pipeline with many callers.
-	p := build(t, New[string]("elock").Cache(time.Minute).Lock(LockSettings{Poll: 5 * time.Millisecond}))
-	c := &counter{delay: 30 * time.Millisecond}
+// TestGet_redisLock_twoPipelinesOneLoad: two pipelines of one name on one
+// Redis stand for two processes, each with its own single-flight; only the
+// distributed lock keeps the second from loading too. Callers on both pile
+// up, the second pipeline's load reaches the lock while the first holds it,
+// and one loader call serves everyone.
+func TestGet_redisLock_twoPipelinesOneLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := newTelRec(t)
+	holder := build(t, New[string]("rlock").Cache(time.Minute).Redis(srv.Client()).Lock(LockSettings{Poll: 5 * time.Millisecond}))
+	waiter := build(t, New[string]("rlock").Cache(time.Minute).Redis(srv.Client()).Lock(LockSettings{Poll: 5 * time.Millisecond}).
+		TracerProvider(rec.tp))
+	c := &counter{gate: make(chan struct{})}
+	ctx := context.Background()
 	var wg sync.WaitGroup
-	for range 50 {
+	get := func(p *Pipeline[string]) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if v, err := p.Get(context.Background(), "k", c.load); err != nil || v != "v:k" {
+			if v, err := p.Get(ctx, "k", c.load); err != nil || v != "v:k" {
 				t.Errorf("got %q %v", v, err)
 			}
 		}()
 	}
+	get(holder)
+	waitFor(t, func() bool { return c.calls.Load() == 1 })
+	for range 25 {
+		get(holder)
+		get(waiter)
+	}
+	// The waiter's load has met the held lock once its lock span starts;
+	// were the lock not held against it, it would be loading by then.
+	waitFor(t, func() bool { return rec.startedNamed(telemetry.SpanLock) > 0 || c.calls.Load() > 1 })
+	close(c.gate)
 	wg.Wait()
-	if c.calls.Load() != 1 {
-		t.Fatalf("loader calls = %d, want 1", c.calls.Load())
+	if got := c.calls.Load(); got != 1 {
+		t.Fatalf("loader calls = %d, want 1 across both pipelines", got)
 	}
 }
 

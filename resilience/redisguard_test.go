@@ -252,7 +252,7 @@ func TestClose_concurrentCallsWaitForWorkInFlight(t *testing.T) {
 	if err := p.Invalidate(context.Background(), "k"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Invalidate after Close = %v, want ErrClosed", err)
 	}
-	//nolint:staticcheck // a nil context on purpose
+	//lint:ignore SA1012 a nil context on purpose
 	if err := p.Invalidate(nil, "k"); !errors.Is(err, ErrNilContext) {
 		t.Fatalf("Invalidate(nil) = %v, want ErrNilContext", err)
 	}

@@ -81,7 +81,7 @@ func (m *telMeter) collect(t *testing.T) (map[string]map[string]point, map[strin
 func attrString(s attribute.Set) string {
 	var parts []string
 	for _, kv := range s.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")
@@ -126,19 +126,19 @@ func TestMetrics_callsAndLoads(t *testing.T) {
 	}
 	got, units := m.collect(t)
 	wantPoints(t, got, telemetry.MetricCalls, map[string]float64{
-		"resilience.failed_open=false,resilience.pipeline=m,resilience.source=loader": 2,
-		"resilience.failed_open=false,resilience.pipeline=m,resilience.source=l1":     2,
+		"herdguard.failed_open=false,herdguard.pipeline=m,herdguard.source=loader": 2,
+		"herdguard.failed_open=false,herdguard.pipeline=m,herdguard.source=l1":     2,
 	})
 	wantPoints(t, got, telemetry.MetricLoads, map[string]float64{
-		"outcome=ok,resilience.pipeline=m":        1,
-		"outcome=not_found,resilience.pipeline=m": 1,
+		"herdguard.outcome=ok,herdguard.pipeline=m":        1,
+		"herdguard.outcome=not_found,herdguard.pipeline=m": 1,
 	})
 	wantCounts(t, got, telemetry.MetricLoadDuration, map[string]uint64{
-		"outcome=ok,resilience.pipeline=m":        1,
-		"outcome=not_found,resilience.pipeline=m": 1,
+		"herdguard.outcome=ok,herdguard.pipeline=m":        1,
+		"herdguard.outcome=not_found,herdguard.pipeline=m": 1,
 	})
 	wantCounts(t, got, telemetry.MetricLockWait, map[string]uint64{
-		"resilience.lock.outcome=acquired,resilience.pipeline=m": 2,
+		"herdguard.lock.outcome=acquired,herdguard.pipeline=m": 2,
 	})
 	for name, unit := range map[string]string{
 		telemetry.MetricCalls: "{call}", telemetry.MetricLoads: "{call}",
@@ -190,10 +190,10 @@ func TestMetrics_lockWaitAcrossPods(t *testing.T) {
 	}
 	got, _ := m.collect(t)
 	wantCounts(t, got, telemetry.MetricLockWait, map[string]uint64{
-		"resilience.lock.outcome=acquired,resilience.pipeline=m": 1,
-		"resilience.lock.outcome=waited,resilience.pipeline=m":   1,
+		"herdguard.lock.outcome=acquired,herdguard.pipeline=m": 1,
+		"herdguard.lock.outcome=waited,herdguard.pipeline=m":   1,
 	})
-	if p := got[telemetry.MetricLockWait]["resilience.lock.outcome=waited,resilience.pipeline=m"]; p.value <= 0 {
+	if p := got[telemetry.MetricLockWait]["herdguard.lock.outcome=waited,herdguard.pipeline=m"]; p.value <= 0 {
 		t.Fatalf("waited lock wait sum = %v s, want positive", p.value)
 	}
 }
@@ -211,10 +211,10 @@ func TestMetrics_failOpen(t *testing.T) {
 	}
 	got, _ := m.collect(t)
 	wantPoints(t, got, telemetry.MetricFailOpens, map[string]float64{
-		"reason=l2_get:redis_error,resilience.pipeline=m": 1,
+		"herdguard.pipeline=m,herdguard.reason=l2_get:redis_error": 1,
 	})
 	wantPoints(t, got, telemetry.MetricCalls, map[string]float64{
-		"resilience.failed_open=true,resilience.pipeline=m,resilience.source=loader": 1,
+		"herdguard.failed_open=true,herdguard.pipeline=m,herdguard.source=loader": 1,
 	})
 }
 
@@ -237,20 +237,20 @@ func TestMetrics_fallbacksAndBreaker(t *testing.T) {
 	}
 	got, _ := m.collect(t)
 	wantPoints(t, got, telemetry.MetricFallbacks, map[string]float64{
-		"reason=error,resilience.pipeline=m,resilience.source=default":        1,
-		"reason=timeout,resilience.pipeline=m,resilience.source=default":      1,
-		"reason=breaker_open,resilience.pipeline=m,resilience.source=default": 1,
+		"herdguard.pipeline=m,herdguard.reason=error,herdguard.source=default":        1,
+		"herdguard.pipeline=m,herdguard.reason=timeout,herdguard.source=default":      1,
+		"herdguard.pipeline=m,herdguard.reason=breaker_open,herdguard.source=default": 1,
 	})
 	wantPoints(t, got, telemetry.MetricCalls, map[string]float64{
-		"resilience.failed_open=false,resilience.pipeline=m,resilience.source=default": 3,
+		"herdguard.failed_open=false,herdguard.pipeline=m,herdguard.source=default": 3,
 	})
 	wantPoints(t, got, telemetry.MetricBreakerState, map[string]float64{
-		"resilience.breaker.name=loader-br,resilience.pipeline=m": float64(breaker.Open),
+		"herdguard.breaker.name=loader-br,herdguard.pipeline=m": float64(breaker.Open),
 	})
 	// The breaker refused the third call: no loader ran.
 	wantPoints(t, got, telemetry.MetricLoads, map[string]float64{
-		"outcome=error,resilience.pipeline=m":   1,
-		"outcome=timeout,resilience.pipeline=m": 1,
+		"herdguard.outcome=error,herdguard.pipeline=m":   1,
+		"herdguard.outcome=timeout,herdguard.pipeline=m": 1,
 	})
 }
 
@@ -265,7 +265,7 @@ func TestMetrics_providers(t *testing.T) {
 	telGet(t, context.Background(), p, "k", okLoad)
 	got, _ := m.collect(t)
 	wantPoints(t, got, telemetry.MetricCalls, map[string]float64{
-		"resilience.failed_open=false,resilience.pipeline=m,resilience.source=loader": 1,
+		"herdguard.failed_open=false,herdguard.pipeline=m,herdguard.source=loader": 1,
 	})
 	off := build(t, New[string]("m").Cache(time.Minute).MeterProvider(metricnoop.NewMeterProvider()))
 	if off.tel.Metering() {

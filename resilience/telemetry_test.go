@@ -115,7 +115,7 @@ func spanLine(s sdktrace.ReadOnlySpan) string {
 	var attrs []string
 	for _, kv := range s.Attributes() {
 		if !volatile[kv.Key] {
-			attrs = append(attrs, string(kv.Key)+"="+kv.Value.Emit())
+			attrs = append(attrs, string(kv.Key)+"="+kv.Value.String())
 		}
 	}
 	sort.Strings(attrs)
@@ -200,8 +200,8 @@ func TestTelemetry_tree_L1Hit(t *testing.T) {
 		}
 	})
 	wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=l1]
-  resilience.l1 [resilience.cache.freshness=fresh resilience.cache.hit=true]
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=l1]
+  resilience.l1 [herdguard.cache.freshness=fresh herdguard.cache.hit=true]
 `)
 }
 
@@ -216,10 +216,10 @@ func TestTelemetry_tree_L2Hit(t *testing.T) {
 		}
 	})
 	wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=l2]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.l2 (client) [db.operation.name=HGET db.system.name=redis resilience.cache.freshness=fresh resilience.cache.hit=true]
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=l2]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.l2 (client) [db.operation.name=HGET db.system.name=redis herdguard.cache.freshness=fresh herdguard.cache.hit=true]
 `)
 }
 
@@ -294,12 +294,12 @@ func TestTelemetry_tree_lockWinnerAndWaiter(t *testing.T) {
 		t.Fatalf("winner source %v; waiter source %v, err %v; want loader, waited", winRes.Source, waitRes.Source, waitErr)
 	}
 	wantTree(t, rec.tree(t, winner), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=loader]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
-    resilience.lock [resilience.lock.outcome=acquired]
-      resilience.load [resilience.attempt=1]
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=loader]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.cache.freshness=miss herdguard.cache.hit=false]
+    resilience.lock [herdguard.lock.outcome=acquired]
+      resilience.load [herdguard.attempt=1]
       resilience.writeback (client) [db.operation.name=EVALSHA db.system.name=redis]
 `)
 	lockSpan := rec.spansNamed(winner, telemetry.SpanLock)[0]
@@ -316,14 +316,14 @@ resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.
 	}
 
 	wantTree(t, rec.tree(t, waiter), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=waited]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
-    resilience.lock [resilience.lock.outcome=waited]
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=waited]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.cache.freshness=miss herdguard.cache.hit=false]
+    resilience.lock [herdguard.lock.outcome=waited]
       resilience.lock.wait
-        resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false]
-        resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=fresh resilience.cache.hit=true]
+        resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.cache.freshness=miss herdguard.cache.hit=false]
+        resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.cache.freshness=fresh herdguard.cache.hit=true]
 `)
 	waitLock := rec.spansNamed(waiter, telemetry.SpanLock)[0]
 	if ms, ok := attrOf(waitLock, telemetry.LockWaitMS); !ok || ms.AsFloat64() <= 0 {
@@ -372,15 +372,15 @@ func TestTelemetry_tree_coalescedJoiner(t *testing.T) {
 			t.Fatalf("leader source %v, joiner source %v; want loader, coalesced", lr.Source, jr.Source)
 		}
 		wantTree(t, rec.tree(t, leader), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=loader]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.load [resilience.attempt=1]
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=loader]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.load [herdguard.attempt=1]
 `)
 		wantTree(t, rec.tree(t, joiner), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=coalesced]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=true] links=1
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=coalesced]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=true] links=1
 `)
 		lead := rec.spansNamed(leader, telemetry.SpanSingleFlight)[0]
 		link := rec.spansNamed(joiner, telemetry.SpanSingleFlight)[0].Links()[0]
@@ -412,11 +412,11 @@ func TestTelemetry_tree_failOpen(t *testing.T) {
 		}
 	})
 	wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=true resilience.pipeline=tel resilience.source=loader]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.cache.freshness=miss resilience.cache.hit=false resilience.fail_open.reason=redis_error resilience.failed_open=true] events=[failed open]
-    resilience.load [resilience.attempt=1]
+resilience.get [herdguard.failed_open=true herdguard.pipeline=tel herdguard.source=loader]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.cache.freshness=miss herdguard.cache.hit=false herdguard.fail_open.reason=redis_error herdguard.failed_open=true] events=[failed open]
+    resilience.load [herdguard.attempt=1]
 `)
 }
 
@@ -438,11 +438,11 @@ func TestTelemetry_tree_stale(t *testing.T) {
 		}
 	})
 	wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=false resilience.fallback.reason=error resilience.fallback=true resilience.pipeline=tel resilience.source=stale] events=[fallback]
-  resilience.l1 [resilience.cache.freshness=stale resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.load [resilience.attempt=1] events=[exception] status=Error
-  resilience.fallback [resilience.fallback.reason=error resilience.source=stale]
+resilience.get [herdguard.failed_open=false herdguard.fallback.reason=error herdguard.fallback.used=true herdguard.pipeline=tel herdguard.source=stale] events=[fallback]
+  resilience.l1 [herdguard.cache.freshness=stale herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.load [herdguard.attempt=1] events=[exception] status=Error
+  resilience.fallback [herdguard.fallback.reason=error herdguard.source=stale]
 `)
 }
 
@@ -456,11 +456,11 @@ func TestTelemetry_tree_default(t *testing.T) {
 		}
 	})
 	wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=false resilience.fallback.reason=error resilience.fallback=true resilience.pipeline=tel resilience.source=default] events=[fallback]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.load [resilience.attempt=1] events=[exception] status=Error
-  resilience.fallback [resilience.fallback.reason=error resilience.source=default]
+resilience.get [herdguard.failed_open=false herdguard.fallback.reason=error herdguard.fallback.used=true herdguard.pipeline=tel herdguard.source=default] events=[fallback]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.load [herdguard.attempt=1] events=[exception] status=Error
+  resilience.fallback [herdguard.fallback.reason=error herdguard.source=default]
 `)
 }
 
@@ -475,11 +475,11 @@ func TestTelemetry_tree_noFallback(t *testing.T) {
 		}
 	})
 	wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=none] events=[exception] status=Error
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.load [resilience.attempt=1] events=[exception] status=Error
-  resilience.fallback [resilience.fallback.reason=error resilience.source=none]
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=none] events=[exception] status=Error
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.load [herdguard.attempt=1] events=[exception] status=Error
+  resilience.fallback [herdguard.fallback.reason=error herdguard.source=none]
 `)
 }
 
@@ -498,10 +498,10 @@ func TestTelemetry_tree_staleWhileRevalidate(t *testing.T) {
 	})
 	waitFor(t, func() bool { return len(rec.spansNamed(root, telemetry.SpanRefresh)) == 1 })
 	wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=stale]
-  resilience.l1 [resilience.cache.freshness=stale resilience.cache.hit=false]
-  resilience.refresh [resilience.pipeline=tel]
-    resilience.load [resilience.attempt=1]
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=stale]
+  resilience.l1 [herdguard.cache.freshness=stale herdguard.cache.hit=false]
+  resilience.refresh [herdguard.pipeline=tel]
+    resilience.load [herdguard.attempt=1]
 `)
 }
 
@@ -529,7 +529,7 @@ func TestTelemetry_keys(t *testing.T) {
 			}
 			for _, s := range spans {
 				for _, kv := range s.Attributes() {
-					v := kv.Value.Emit()
+					v := kv.Value.String()
 					if kv.Key == telemetry.Key {
 						if s.Name() != telemetry.SpanGet || v != tc.want {
 							t.Fatalf("span %s: %s=%q, want only on %s, %q", s.Name(), kv.Key, v, telemetry.SpanGet, tc.want)
@@ -602,9 +602,9 @@ func TestTelemetry_providers(t *testing.T) {
 			}
 			root := rec.call("test", func(ctx context.Context) { telGet(t, ctx, p, "k", okLoad) })
 			wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=false resilience.pipeline=tel resilience.source=loader]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.load [resilience.attempt=1]
+resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.source=loader]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.load [herdguard.attempt=1]
 `)
 		}
 		telGet(t, context.Background(), pe, "k", okLoad)
@@ -637,10 +637,10 @@ func TestTelemetry_tree_breakerOpen(t *testing.T) {
 		}
 	})
 	wantTree(t, rec.tree(t, root), `
-resilience.get [resilience.failed_open=false resilience.fallback.reason=breaker_open resilience.fallback=true resilience.pipeline=tel resilience.source=default] events=[fallback]
-  resilience.l1 [resilience.cache.freshness=miss resilience.cache.hit=false]
-  resilience.singleflight [resilience.singleflight.shared=false]
-    resilience.load [resilience.attempt=1 resilience.breaker.state=open] events=[breaker refused the call]
-  resilience.fallback [resilience.fallback.reason=breaker_open resilience.source=default]
+resilience.get [herdguard.failed_open=false herdguard.fallback.reason=breaker_open herdguard.fallback.used=true herdguard.pipeline=tel herdguard.source=default] events=[fallback]
+  resilience.l1 [herdguard.cache.freshness=miss herdguard.cache.hit=false]
+  resilience.singleflight [herdguard.singleflight.shared=false]
+    resilience.load [herdguard.attempt=1 herdguard.breaker.state=open] events=[breaker refused the call]
+  resilience.fallback [herdguard.fallback.reason=breaker_open herdguard.source=default]
 `)
 }

@@ -5,46 +5,51 @@ import "go.opentelemetry.io/otel/attribute"
 // Attribute keys set on spans and metrics.
 const (
 	// Pipeline is the pipeline's name.
-	Pipeline = attribute.Key("resilience.pipeline")
+	Pipeline = attribute.Key("herdguard.pipeline")
 	// Source is where the call's value came from: l1, l2, loader,
 	// coalesced, waited, stale, default.
-	Source = attribute.Key("resilience.source")
+	Source = attribute.Key("herdguard.source")
 	// FailedOpen is true when the call went on without L2 or the lock
 	// because Redis failed or its breaker was open.
-	FailedOpen = attribute.Key("resilience.failed_open")
+	FailedOpen = attribute.Key("herdguard.failed_open")
 	// FailOpenReason says why the call failed open.
-	FailOpenReason = attribute.Key("resilience.fail_open.reason")
+	FailOpenReason = attribute.Key("herdguard.fail_open.reason")
 	// FallbackReason says why a fallback answered: error, timeout, panic,
 	// breaker_open.
-	FallbackReason = attribute.Key("resilience.fallback.reason")
+	FallbackReason = attribute.Key("herdguard.fallback.reason")
 	// Fallback is true on a call served by the fallback chain.
-	Fallback = attribute.Key("resilience.fallback")
+	Fallback = attribute.Key("herdguard.fallback.used")
 	// LockWaitMS is how long the call waited for the lock or the value,
 	// in milliseconds.
-	LockWaitMS = attribute.Key("resilience.lock.wait_ms")
+	LockWaitMS = attribute.Key("herdguard.lock.wait_ms")
 	// LockOutcome is acquired, waited, timeout, failed_open.
-	LockOutcome = attribute.Key("resilience.lock.outcome")
+	LockOutcome = attribute.Key("herdguard.lock.outcome")
 	// LockFence is the fencing number of the lock grant.
-	LockFence = attribute.Key("resilience.lock.fence")
+	LockFence = attribute.Key("herdguard.lock.fence")
 	// BreakerState is the state of the breaker the stage consulted.
-	BreakerState = attribute.Key("resilience.breaker.state")
+	BreakerState = attribute.Key("herdguard.breaker.state")
 	// BreakerName is the name of that breaker.
-	BreakerName = attribute.Key("resilience.breaker.name")
+	BreakerName = attribute.Key("herdguard.breaker.name")
 	// Attempt is the loader attempt number, from 1.
-	Attempt = attribute.Key("resilience.attempt")
+	Attempt = attribute.Key("herdguard.attempt")
 	// Hit is true when a cache stage found a usable entry.
-	Hit = attribute.Key("resilience.cache.hit")
+	Hit = attribute.Key("herdguard.cache.hit")
 	// Freshness is fresh, stale or miss.
-	Freshness = attribute.Key("resilience.cache.freshness")
+	Freshness = attribute.Key("herdguard.cache.freshness")
 	// Shared is true on a single-flight span whose caller joined a load
 	// another caller leads.
-	Shared = attribute.Key("resilience.singleflight.shared")
+	Shared = attribute.Key("herdguard.singleflight.shared")
 	// Key is the cache key, raw or hashed; set only when Config.Keys asks.
-	Key = attribute.Key("resilience.key")
+	Key = attribute.Key("herdguard.key")
 	// NotFound is true when the value is a stored "not found".
-	NotFound = attribute.Key("resilience.not_found")
+	NotFound = attribute.Key("herdguard.not_found")
 	// Reason is the reason attribute of counters (fail-opens, fallbacks).
-	Reason = attribute.Key("reason")
+	Reason = attribute.Key("herdguard.reason")
+	// Outcome is the outcome of a loader call on its metrics: ok,
+	// not_found, error, timeout, panic, breaker_open.
+	Outcome = attribute.Key("herdguard.outcome")
+	// Tier is the cache tier of a corrupt entry: l1, l2.
+	Tier = attribute.Key("herdguard.tier")
 )
 
 // Span names, one per stage.

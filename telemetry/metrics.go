@@ -11,14 +11,14 @@ import (
 
 // Metric names.
 const (
-	MetricCalls        = "resilience.calls"
-	MetricLoads        = "resilience.loader.calls"
-	MetricLoadDuration = "resilience.loader.duration"
-	MetricLockWait     = "resilience.lock.wait.duration"
-	MetricFailOpens    = "resilience.fail_opens"
-	MetricFallbacks    = "resilience.fallbacks"
-	MetricBreakerState = "resilience.breaker.state"
-	MetricCorrupt      = "resilience.cache.corrupt"
+	MetricCalls        = "herdguard.calls"
+	MetricLoads        = "herdguard.loader.calls"
+	MetricLoadDuration = "herdguard.loader.duration"
+	MetricLockWait     = "herdguard.lock.wait.duration"
+	MetricFailOpens    = "herdguard.fail_opens"
+	MetricFallbacks    = "herdguard.fallbacks"
+	MetricBreakerState = "herdguard.breaker.state"
+	MetricCorrupt      = "herdguard.cache.corrupt"
 )
 
 // Instruments are one pipeline's metric instruments, created once.
@@ -63,7 +63,7 @@ func (in *Instruments) Call(ctx context.Context, source string, failedOpen bool)
 
 // Load records one loader call.
 func (in *Instruments) Load(ctx context.Context, outcome string, took time.Duration) {
-	o := metric.WithAttributes(in.pipeline, attribute.String("outcome", outcome))
+	o := metric.WithAttributes(in.pipeline, Outcome.String(outcome))
 	in.loads.Add(ctx, 1, o)
 	in.loadDur.Record(ctx, took.Seconds(), o)
 }
@@ -90,5 +90,5 @@ func (in *Instruments) BreakerState(ctx context.Context, name string, state int6
 
 // Corrupt counts one cached entry that did not decode.
 func (in *Instruments) Corrupt(ctx context.Context, tier string) {
-	in.corrupt.Add(ctx, 1, metric.WithAttributes(in.pipeline, attribute.String("tier", tier)))
+	in.corrupt.Add(ctx, 1, metric.WithAttributes(in.pipeline, Tier.String(tier)))
 }

@@ -57,7 +57,7 @@ type Telemetry struct {
 	meterExp bool
 	keys     KeyMode
 
-	// PipelineAttr is resilience.pipeline=<name>, built once.
+	// PipelineAttr is herdguard.pipeline=<name>, built once.
 	PipelineAttr attribute.KeyValue
 	Instruments
 }

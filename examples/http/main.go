@@ -7,6 +7,9 @@
 // that every run tells the same story.
 //
 //	go run ./http
+//
+// With OTEL_EXPORTER_OTLP_ENDPOINT set (e.g. http://127.0.0.1:4318), it
+// exports its traces and metrics over OTLP/HTTP.
 package main
 
 import (
@@ -24,6 +27,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/examples/internal/otelsetup"
 	"github.com/herdguard/herdguard/resilience/httpx"
 )
 
@@ -73,8 +77,20 @@ type Report struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if _, err := run(ctx, Config{AttemptTimeout: 200 * time.Millisecond}, os.Stdout); err != nil {
+	// Traces and metrics go to an OTLP endpoint only when
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
+	shutdown, err := otelsetup.Install(ctx, "http-example")
+	if err != nil {
 		log.Fatal(err)
+	}
+	_, err = run(ctx, Config{AttemptTimeout: 200 * time.Millisecond}, os.Stdout)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := shutdown(sctx); serr != nil {
+		log.Print(serr)
+	}
+	if err != nil {
+		log.Fatal(err) //nolint:gocritic // cancel has nothing left to release
 	}
 }
 
@@ -117,7 +133,7 @@ func run(ctx context.Context, cfg Config, w io.Writer) (Report, error) {
 	var lastCause error
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	client, err := httpx.NewClient(&http.Client{Transport: base, Timeout: 30 * time.Second}, httpx.Options{
+	client, err := httpx.NewClient(&http.Client{Transport: otelsetup.HTTPTransport(base), Timeout: 30 * time.Second}, httpx.Options{
 		MaxAttempts:    3,
 		AttemptTimeout: cfg.AttemptTimeout,
 		InitialBackoff: 10 * time.Millisecond,

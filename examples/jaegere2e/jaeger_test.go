@@ -252,7 +252,7 @@ func TestJaeger_stampedeTraces(t *testing.T) {
 		if get == nil {
 			t.Fatalf("trace %s has no resilience.get root", tr.TraceID)
 		}
-		byRoot[get.tag("resilience.source")] = append(byRoot[get.tag("resilience.source")], tr)
+		byRoot[get.tag("herdguard.source")] = append(byRoot[get.tag("herdguard.source")], tr)
 	}
 	if len(byRoot["loader"]) != 2 || len(byRoot["waited"]) != pods-1 || len(byRoot["coalesced"]) != pods*callers-pods {
 		t.Fatalf("traces by source: loader %d, waited %d, coalesced %d",
@@ -260,7 +260,7 @@ func TestJaeger_stampedeTraces(t *testing.T) {
 	}
 	var winner, failOpen *jTrace
 	for _, tr := range byRoot["loader"] {
-		if tr.root().tag("resilience.failed_open") == "true" {
+		if tr.root().tag("herdguard.failed_open") == "true" {
 			failOpen = tr
 		} else {
 			winner = tr
@@ -281,7 +281,7 @@ resilience.get pipeline=e2e source=loader failed_open=false
       resilience.load
       resilience.writeback db=redis
 `)
-	if f := winner.named("resilience.lock")[0].tag("resilience.lock.fence"); f == "" || f == "0" {
+	if f := winner.named("resilience.lock")[0].tag("herdguard.lock.fence"); f == "" || f == "0" {
 		t.Fatalf("winner's lock fence = %q, want a positive fence", f)
 	}
 	// A waiter: it waited on the lock and read the winner's value from L2.

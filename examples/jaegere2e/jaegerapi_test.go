@@ -89,12 +89,12 @@ func (tr *jTrace) render() string {
 		for _, s := range ss {
 			b.WriteString(strings.Repeat("  ", depth) + s.OperationName)
 			for _, a := range []struct{ key, show string }{
-				{"resilience.pipeline", "pipeline"}, {"resilience.source", "source"},
-				{"db.system.name", "db"}, {"resilience.cache.hit", "hit"},
-				{"resilience.singleflight.shared", "shared"}, {"resilience.failed_open", "failed_open"},
-				{"resilience.lock.outcome", "outcome"}, {"resilience.fail_open.reason", "reason"},
+				{"herdguard.pipeline", "pipeline"}, {"herdguard.source", "source"},
+				{"db.system.name", "db"}, {"herdguard.cache.hit", "hit"},
+				{"herdguard.singleflight.shared", "shared"}, {"herdguard.failed_open", "failed_open"},
+				{"herdguard.lock.outcome", "outcome"}, {"herdguard.fail_open.reason", "reason"},
 			} {
-				if v := s.tag(a.key); v != "" && !(a.key == "resilience.failed_open" && s.OperationName != "resilience.get" && v == "false") {
+				if v := s.tag(a.key); v != "" && !(a.key == "herdguard.failed_open" && s.OperationName != "resilience.get" && v == "false") {
 					b.WriteString(" " + a.show + "=" + v)
 				}
 			}

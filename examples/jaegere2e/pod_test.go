@@ -71,7 +71,7 @@ func pod() (*podReport, error) {
 	defer client.Close()
 	p, err := resilience.New[string]("e2e").
 		Cache(time.Minute).
-		Lock(resilience.LockSettings{Wait: 10 * time.Second, MaxWait: 20 * time.Second}).
+		Lock(resilience.LockSettings{MaxWait: 20 * time.Second}).
 		Redis(client).
 		RedisOptions(resilience.RedisOptions{OpTimeout: 300 * time.Millisecond}).
 		Build()

@@ -12,6 +12,9 @@
 // Run it from the examples module:
 //
 //	go run ./postgres -callers 200 -ttl 500ms -grace 1s
+//
+// With OTEL_EXPORTER_OTLP_ENDPOINT set (e.g. http://127.0.0.1:4318), it
+// exports its traces and metrics over OTLP/HTTP.
 package main
 
 import (
@@ -33,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/examples/internal/otelsetup"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -97,8 +101,20 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if _, err := run(ctx, cfg, os.Stdout); err != nil {
+	// Traces and metrics go to an OTLP endpoint only when
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
+	shutdown, err := otelsetup.Install(ctx, "postgres-example")
+	if err != nil {
 		log.Fatal(err)
+	}
+	_, err = run(ctx, cfg, os.Stdout)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := shutdown(sctx); serr != nil {
+		log.Print(serr)
+	}
+	if err != nil {
+		log.Fatal(err) //nolint:gocritic // cancel has nothing left to release
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/examples/internal/otelsetup"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -174,6 +175,9 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 	client := redis.NewClient(&redis.Options{Addr: cfg.Addr})
 	defer client.Close()
 	client.AddHook(hook)
+	if err := otelsetup.Redis(client); err != nil {
+		return err
+	}
 	watch := &breakerWatch{}
 	get, closeGet, err := modeGetter(cfg, client, em, watch)
 	if err != nil {
@@ -244,6 +248,7 @@ func buildPipeline(cfg podConfig, client redis.UniversalClient, watch *breakerWa
 		Cache(time.Minute).
 		Redis(client).
 		RedisOptions(resilience.RedisOptions{OpTimeout: cfg.OpTimeout}).
+		//lint:ignore SA1019 the -wait flag sets Wait, the setting older runs were measured with
 		Lock(resilience.LockSettings{Lease: cfg.Lock.Lease, Wait: cfg.Lock.Wait, MaxWait: cfg.Lock.MaxWait, Poll: cfg.Lock.Poll}).
 		Timeout(timeout).
 		FlightTimeout(max(resilience.DefaultFlightTimeout, 2*timeout)).
@@ -330,9 +335,35 @@ func childMain() int {
 		fmt.Fprintf(os.Stderr, "stampede: pod: bad %s: %v\n", podEnv, err)
 		return 2
 	}
-	if err := runPod(cfg, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	// With OTEL_EXPORTER_OTLP_ENDPOINT set, each pod exports its traces
+	// and metrics as a service of its own: OTEL_SERVICE_NAME (default
+	// "stampede") and "-pod-N".
+	shutdown, err := otelsetup.Install(context.Background(), podService(cfg.Pod))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stampede: pod: OTLP:", err)
 		return 1
 	}
-	return 0
+	code := 0
+	if err := runPod(cfg, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "stampede: pod: OTLP shutdown:", err)
+	}
+	return code
+}
+
+// podService names pod i's service for OTLP, and sets OTEL_SERVICE_NAME
+// to it, so that it wins over the name the pods inherit.
+func podService(i int) string {
+	base := os.Getenv("OTEL_SERVICE_NAME")
+	if base == "" {
+		base = "stampede"
+	}
+	name := fmt.Sprintf("%s-pod-%d", base, i)
+	_ = os.Setenv("OTEL_SERVICE_NAME", name)
+	return name
 }

@@ -22,6 +22,7 @@ type lockConfig struct {
 // reflection, so that these tests build against a LockSettings with or
 // without the field; without it, a Heartbeat here has no effect.
 func (c lockConfig) settings() resilience.LockSettings {
+	//lint:ignore SA1019 pods built with the older Wait setting must still agree
 	s := resilience.LockSettings{Lease: c.Lease, Wait: c.Wait, MaxWait: c.MaxWait, Poll: c.Poll}
 	if c.Heartbeat > 0 {
 		setHeartbeat(&s, c.Heartbeat)
