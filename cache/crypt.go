@@ -192,9 +192,10 @@ func (r *Keyring) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(r.String()
 func (r *Keyring) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // Seal encrypts plaintext with the primary key, bound to name: only
-// [Keyring.Open] with the same name opens it. The result is
-// len(plaintext)+34 bytes long (the layout is in this file's source). It
-// panics if r was not built by [NewKeyring].
+// [Keyring.Open] with the same name opens it. The result is 34 bytes
+// longer than plaintext: magic byte 0xE5, version 1, the key id (4 bytes,
+// big endian), a random 12-byte nonce, the ciphertext and a 16-byte tag.
+// It panics if r was not built by [NewKeyring].
 func (r *Keyring) Seal(name string, plaintext []byte) []byte {
 	k := r.keys[0]
 	out := make([]byte, sealHeader, sealOverhead+len(plaintext))

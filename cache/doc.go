@@ -7,5 +7,9 @@
 // outcomes, and so that an entry remembers when it was written and how long
 // its load took (for early refresh).
 //
+// A [Keyring], set as RedisOptions.Encrypt, seals what [Redis] stores with
+// AES-GCM, each value bound to its key, and rotates keys without a value
+// failing to open.
+//
 // The package knows nothing of pipelines; package resilience composes it.
 package cache

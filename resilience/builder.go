@@ -120,8 +120,8 @@ type RedisOptions struct {
 	// Redis key, and opens values sealed by any key of the keyring (see
 	// [cache.NewKeyring] for rotation). A value that does not open (a key
 	// the keyring lacks, altered or moved bytes, a value stored in clear)
-	// is a miss, counted as resilience.cache.corrupt with
-	// reason=decrypt_failed. The fence and expiry fields stay in clear.
+	// is a miss, counted as herdguard.cache.corrupt with
+	// herdguard.reason=decrypt_failed. The fence and expiry fields stay in clear.
 	// default: nil (values stored in clear)
 	Encrypt *cache.Keyring
 }

@@ -10,8 +10,8 @@ import (
 )
 
 // decryptFailed records an L2 entry that did not decrypt, and reports
-// whether err was one: a miss, counted as resilience.cache.corrupt with
-// reason=decrypt_failed, and logged (at most once a minute, with the
+// whether err was one: a miss, counted as herdguard.cache.corrupt with
+// herdguard.reason=decrypt_failed, and logged (at most once a minute, with the
 // corrupt entries) with the reason, which names key ids and never keys
 // or key material. It is the first sign of a rotation step deployed out of
 // order.

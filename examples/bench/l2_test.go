@@ -8,6 +8,7 @@ import (
 
 	rediscache "github.com/go-redis/cache/v9"
 
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/resilience"
 )
@@ -40,7 +41,8 @@ func l2Pipeline(b *testing.B, s *redistest.Server, name string, build func(*resi
 
 // l2Hits are the contenders of an L1 miss that Redis answers, each with
 // the keys of keyNames warm in Redis: the pipeline (Get), with and without
-// Lock (which adds the single-flight and the lock's subscription),
+// Lock (which adds the single-flight and the lock's subscription) and
+// with Encrypt (AES-256-GCM on every value read),
 // go-redis/cache's Get with its local cache off, and a bare GET. ops is
 // serialOps or parallelOps.
 func l2Hits(s *redistest.Server, ops func(*testing.B, *roundTrips, func(int) error)) []contender {
@@ -59,6 +61,13 @@ func l2Hits(s *redistest.Server, ops func(*testing.B, *roundTrips, func(int) err
 		{"pipeline", pipeline("l2", func(bl *resilience.Builder[string]) *resilience.Builder[string] { return bl })},
 		{"pipeline+Lock", pipeline("l2lock", func(bl *resilience.Builder[string]) *resilience.Builder[string] {
 			return bl.Lock(resilience.LockSettings{})
+		})},
+		{"pipeline+Encrypt", pipeline("l2sealed", func(bl *resilience.Builder[string]) *resilience.Builder[string] {
+			ring, err := cache.NewKeyring(cache.Key{ID: 1, Secret: []byte("an AES-256 key of 32 bytes......")})
+			if err != nil {
+				panic(err)
+			}
+			return bl.RedisOptions(resilience.RedisOptions{Encrypt: ring})
 		})},
 		{"go-redis-cache.Get", func(b *testing.B) {
 			rdb, rt := counted(s)
