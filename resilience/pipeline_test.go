@@ -55,7 +55,8 @@ func build[V any](t *testing.T, b *Builder[V]) *Pipeline[V] {
 }
 
 func TestGet_singleFlight_oneLoadForManyCallers(t *testing.T) {
-	p := build(t, New[string]("sf").Cache(time.Minute).SingleFlight())
+	rec := newTelRec(t)
+	p := build(t, New[string]("sf").Cache(time.Minute).SingleFlight().TracerProvider(rec.tp))
 	c := &counter{gate: make(chan struct{})}
 	const n = 200
 	var wg sync.WaitGroup
@@ -68,9 +69,9 @@ func TestGet_singleFlight_oneLoadForManyCallers(t *testing.T) {
 			results[i], errs[i] = p.GetResult(context.Background(), "k", c.load)
 		}()
 	}
-	// Let the callers pile up behind the one load before it finishes.
-	waitFor(t, func() bool { return c.calls.Load() == 1 })
-	time.Sleep(20 * time.Millisecond)
+	// Let the callers pile up behind the one load before it finishes:
+	// each starts its single-flight span as it joins.
+	waitFor(t, func() bool { return c.calls.Load() == 1 && rec.startedNamed(telemetry.SpanSingleFlight) == n })
 	close(c.gate)
 	wg.Wait()
 	if got := c.calls.Load(); got != 1 {
@@ -99,7 +100,8 @@ func TestGet_singleFlight_oneLoadForManyCallers(t *testing.T) {
 }
 
 func TestGet_joinerLeaves_loadGoesOn(t *testing.T) {
-	p := build(t, New[string]("leave").Cache(time.Minute).SingleFlight())
+	rec := newTelRec(t)
+	p := build(t, New[string]("leave").Cache(time.Minute).SingleFlight().TracerProvider(rec.tp))
 	c := &counter{gate: make(chan struct{})}
 	leaderDone := make(chan error, 1)
 	go func() {
@@ -114,7 +116,7 @@ func TestGet_joinerLeaves_loadGoesOn(t *testing.T) {
 		_, err := p.Get(ctx, "k", c.load)
 		joined <- err
 	}()
-	time.Sleep(10 * time.Millisecond)
+	waitFor(t, func() bool { return rec.startedNamed(telemetry.SpanSingleFlight) == 2 })
 	cancel()
 	select {
 	case err := <-joined:
@@ -134,7 +136,8 @@ func TestGet_joinerLeaves_loadGoesOn(t *testing.T) {
 }
 
 func TestGet_leaderLeaves_sharedLoadFinishesDetached(t *testing.T) {
-	p := build(t, New[string]("detach").Cache(time.Minute).SingleFlight())
+	rec := newTelRec(t)
+	p := build(t, New[string]("detach").Cache(time.Minute).SingleFlight().TracerProvider(rec.tp))
 	c := &counter{gate: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	leader := make(chan error, 1)
@@ -148,7 +151,7 @@ func TestGet_leaderLeaves_sharedLoadFinishesDetached(t *testing.T) {
 		r, _ := p.GetResult(context.Background(), "k", c.load)
 		joiner <- r
 	}()
-	time.Sleep(10 * time.Millisecond)
+	waitFor(t, func() bool { return rec.startedNamed(telemetry.SpanSingleFlight) == 2 })
 	cancel() // the leader leaves; its load must not be cancelled
 	if err := <-leader; !errors.Is(err, context.Canceled) {
 		t.Fatalf("leader err = %v, want context.Canceled", err)
@@ -164,7 +167,8 @@ func TestGet_leaderLeaves_sharedLoadFinishesDetached(t *testing.T) {
 }
 
 func TestGet_loaderPanic_isErrorForEveryWaiter(t *testing.T) {
-	p := build(t, New[string]("panic").Cache(time.Minute).SingleFlight())
+	rec := newTelRec(t)
+	p := build(t, New[string]("panic").Cache(time.Minute).SingleFlight().TracerProvider(rec.tp))
 	gate := make(chan struct{})
 	var calls atomic.Int64
 	load := func(ctx context.Context, key string) (string, error) {
@@ -180,8 +184,7 @@ func TestGet_loaderPanic_isErrorForEveryWaiter(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, func() bool { return calls.Load() == 1 })
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, func() bool { return calls.Load() == 1 && rec.startedNamed(telemetry.SpanSingleFlight) == n })
 	close(gate)
 	for range n {
 		err := <-errs
@@ -265,10 +268,16 @@ func TestGet_fallback_staleThenDefaultThenError(t *testing.T) {
 				if _, err := p.Get(context.Background(), "k", c.load); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(20 * time.Millisecond) // past the TTL
 			}
 			c.fn = func(int64) (string, error) { return "", fail }
-			r, err := p.GetResult(context.Background(), "k", c.load)
+			// L1 answers until the TTL has passed; the first call after it
+			// is the one under test.
+			var r Result[string]
+			var err error
+			waitFor(t, func() bool {
+				r, err = p.GetResult(context.Background(), "k", c.load)
+				return r.Source != SourceL1
+			})
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
 			}
@@ -318,10 +327,18 @@ func TestGet_breaker_opensAndFallsBack_callerCancelDoesNotCount(t *testing.T) {
 	if fail.calls.Load() != before {
 		t.Fatal("loader called while the breaker was open")
 	}
-	time.Sleep(60 * time.Millisecond) // half-open: one probe goes through
+	// Once OpenTimeout has passed, the breaker is half-open: one probe
+	// goes through. Until then, calls get the default.
 	ok := &counter{}
-	if r, err := p.GetResult(context.Background(), "probe", ok.load); err != nil || r.Source != SourceLoader {
-		t.Fatalf("probe: %+v %v", r, err)
+	waitFor(t, func() bool {
+		r, err := p.GetResult(context.Background(), "probe", ok.load)
+		if err != nil || (r.Source != SourceLoader && r.Source != SourceDefault) {
+			t.Fatalf("probe: %+v %v", r, err)
+		}
+		return r.Source == SourceLoader
+	})
+	if n := ok.calls.Load(); n != 1 {
+		t.Fatalf("probe loader calls = %d, want 1", n)
 	}
 	mu.Lock()
 	got := strings.Join(changes, ",")
@@ -329,9 +346,9 @@ func TestGet_breaker_opensAndFallsBack_callerCancelDoesNotCount(t *testing.T) {
 	if got != "closed>open,open>half-open,half-open>closed" {
 		t.Fatalf("transitions = %q", got)
 	}
-	// Let the abandoned slow loads finish before goleak looks.
+	// The abandoned slow loads go on detached; Close, at cleanup, waits
+	// for them before goleak looks.
 	waitFor(t, func() bool { return slow.calls.Load() == 5 })
-	time.Sleep(10 * time.Millisecond)
 }
 
 func TestGet_timeout_isFailureAndFallsBack(t *testing.T) {
@@ -478,18 +495,32 @@ func TestGet_staleWhileRevalidate_servesStaleRefreshesOnce(t *testing.T) {
 	if _, err := p.Get(context.Background(), "k", c.load); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond)
+	// The refresh waits at the gate until the calls below are served.
+	c.gate = make(chan struct{})
 	c.fn = func(n int64) (string, error) { return "new", nil }
-	c.delay = 20 * time.Millisecond
+	// L1 answers until the TTL has passed; the first call after it gets
+	// the stale copy and starts the refresh.
+	waitFor(t, func() bool {
+		r, err := p.GetResult(context.Background(), "k", c.load)
+		if err != nil || r.Value != "v:k" {
+			t.Fatalf("got %+v %v, want the first value", r, err)
+		}
+		return r.Source == SourceStale
+	})
 	for range 10 {
 		r, err := p.GetResult(context.Background(), "k", c.load)
 		if err != nil || r.Source != SourceStale || r.Value != "v:k" {
 			t.Fatalf("got %+v %v, want the stale copy at once", r, err)
 		}
 	}
+	close(c.gate)
+	// The new value lands. Its TTL is short enough to pass while this
+	// waits on a busy machine, and a refresh it calls for then must not
+	// count: it goes to another loader.
+	later := &counter{fn: func(int64) (string, error) { return "new", nil }}
 	waitFor(t, func() bool {
-		r, _ := p.GetResult(context.Background(), "k", c.load)
-		return r.Source == SourceL1 && r.Value == "new"
+		r, _ := p.GetResult(context.Background(), "k", later.load)
+		return (r.Source == SourceL1 || r.Source == SourceStale) && r.Value == "new"
 	})
 	if got := c.calls.Load(); got != 2 {
 		t.Fatalf("loader calls = %d, want 2 (one refresh)", got)
