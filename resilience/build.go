@@ -6,8 +6,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
@@ -160,7 +158,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		p.l1 = cache.NewMemory[V](cache.MemoryOptions{MaxEntries: c.maxEntries})
 	}
 	if c.singleFlight || c.lockOn {
-		p.group = new(singleflight.Group)
+		p.group = new(flights)
 	}
 	if c.redis != nil {
 		if err := p.wireRedis(c); err != nil {

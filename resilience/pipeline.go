@@ -11,7 +11,6 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
@@ -34,7 +33,7 @@ type Pipeline[V any] struct {
 	l1         *cache.Memory[V]
 	l2         *cache.Redis[V] // nil without Redis
 	redisGuard *redisGuard     // Redis breaker, timeouts, bound; nil without Redis
-	group      *singleflight.Group
+	group      *flights
 
 	locker   lock.Locker
 	notifier lock.Notifier
