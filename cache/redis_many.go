@@ -104,9 +104,14 @@ func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, e
 		}
 	}
 	if len(again) > 0 {
+		// Redis did not know the script (after a restart): load it once
+		// rather than send its source with every command.
+		if err := setScript.Load(ctx, r.client).Err(); err != nil {
+			return nil, fmt.Errorf("cache: set: %w", err)
+		}
 		retry := make([]redis.Cmder, len(again))
 		for n, j := range again {
-			retry[n] = redis.NewCmd(ctx, append([]any{"eval", setSource}, args[j]...)...)
+			retry[n] = redis.NewCmd(ctx, append([]any{"evalsha", setScript.Hash()}, args[j]...)...)
 		}
 		if err := r.sendBatch(ctx, retry); err != nil {
 			return nil, fmt.Errorf("cache: set: %w", err)

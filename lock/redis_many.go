@@ -61,7 +61,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 			toks[i], millis(lease), millis(lease + r.retention), rkey.FieldFence, millis(2 * beat),
 			ms, rkey.FieldData, rkey.FieldExpires}
 	}
-	cmds, berr := runScripts(ctx, r.client, acquireScript, acquireSource, args)
+	cmds, berr := runScripts(ctx, r.client, acquireScript, args)
 	var unknown []int
 	for i, k := range keys {
 		var reply []any
@@ -107,7 +107,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 			for j, i := range unknown {
 				rel[j] = []any{1, r.keys.Lock(keys[i]), toks[i], "", ""}
 			}
-			_, _ = runScripts(cctx, r.client, releaseScript, releaseSource, rel)
+			_, _ = runScripts(cctx, r.client, releaseScript, rel)
 		}()
 	}
 	return looks
@@ -140,7 +140,7 @@ func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
 	if len(args) == 0 {
 		return errors.Join(errs...)
 	}
-	cmds, err := runScripts(ctx, r.client, releaseScript, releaseSource, args)
+	cmds, err := runScripts(ctx, r.client, releaseScript, args)
 	if err != nil {
 		return failure(ctx, "release", mine[0].key, err)
 	}
@@ -165,7 +165,7 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 	for i, l := range leases {
 		args[i] = []any{2, r.keys.Lock(l.key), r.keys.Fence(l.key), l.token, millis(l.ttl), millis(l.ttl + r.retention)}
 	}
-	cmds, err := runScripts(ctx, r.client, extendScript, extendSource, args)
+	cmds, err := runScripts(ctx, r.client, extendScript, args)
 	if err != nil {
 		return lost, failure(ctx, "extend", leases[0].key, err)
 	}
@@ -182,10 +182,12 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 func (l *Lease) Every() time.Duration { return l.every }
 
 // runScripts runs script once per element of args (numkeys, keys...,
-// argv...) in one round trip, then once more, as EVAL, for those that
-// Redis did not know by their SHA. The error is the batch's, when it
-// failed as a whole; otherwise each command holds its own.
-func runScripts(ctx context.Context, client RedisClient, script *redis.Script, src string, args [][]any) ([]redis.Cmder, error) {
+// argv...) in one round trip. When Redis did not know the script by its
+// SHA (after a restart), it loads the script and sends those commands
+// again: the batch never carries the script's source per command. The
+// error is the batch's, when it failed as a whole; otherwise each command
+// holds its own.
+func runScripts(ctx context.Context, client RedisClient, script *redis.Script, args [][]any) ([]redis.Cmder, error) {
 	cmds := make([]redis.Cmder, len(args))
 	for i, a := range args {
 		cmds[i] = redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, a...)...)
@@ -202,9 +204,12 @@ func runScripts(ctx context.Context, client RedisClient, script *redis.Script, s
 	if len(again) == 0 {
 		return cmds, nil
 	}
+	if err := script.Load(ctx, client).Err(); err != nil {
+		return nil, err
+	}
 	retry := make([]redis.Cmder, len(again))
 	for j, i := range again {
-		retry[j] = redis.NewCmd(ctx, append([]any{"eval", src}, args[i]...)...)
+		retry[j] = redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, args[i]...)...)
 	}
 	if err := sendBatch(ctx, client, retry); err != nil {
 		return nil, err

@@ -61,6 +61,7 @@ type command struct {
 	Callers int           `json:"callers,omitempty"`
 	Sleep   time.Duration `json:"sleep,omitempty"` // how long a load takes
 	Hold    bool          `json:"hold,omitempty"`  // a load waits for "finish" instead
+	Keys    []string      `json:"keys,omitempty"`  // getmany: the batch's keys
 }
 
 // event is a pod -> parent message, one JSON line on the pod's stdout.
@@ -143,6 +144,7 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 	client := newClient(cfg)
 	defer client.Close()
 	client.AddHook(&scriptHook{em: em, pod: cfg.Pod})
+	client.AddHook(podTrips)
 
 	// These tests are about the lock, not about Redis timeouts: unless a
 	// test sets one, a generous operation timeout keeps a loaded
@@ -193,6 +195,8 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 			return nil
 		case "get":
 			p.get(c)
+		case "getmany":
+			p.getMany(c)
 		case "finish":
 			p.holds.finish(c.Key)
 		case "invalidate":
