@@ -12,6 +12,11 @@
 // Run it from the examples module:
 //
 //	go run ./postgres -callers 200 -ttl 500ms -grace 1s
+//
+// With -batch it shows GetMany instead: batches of ids read from a table
+// through one `WHERE id = ANY($1)` query for each batch's misses.
+//
+//	go run ./postgres -batch
 package main
 
 import (
@@ -94,9 +99,16 @@ func main() {
 	flag.DurationVar(&cfg.TTL, "ttl", 500*time.Millisecond, "how long a loaded value stays fresh")
 	flag.DurationVar(&cfg.Grace, "grace", time.Second, "how long an expired value is kept as a stale copy")
 	flag.DurationVar(&cfg.Timeout, "timeout", 2*time.Second, "bound of one query")
+	batch := flag.Bool("batch", false, "show GetMany: batches of ids, one query for each batch's misses")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *batch {
+		if _, err := runBatch(ctx, cfg.DatabaseURL, os.Stdout); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if _, err := run(ctx, cfg, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
