@@ -220,6 +220,13 @@ func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []str
 			// Nobody else waits for these loads: they run on the caller's
 			// context.
 			deliver(p.fetchMany(ctx, ours, load))
+		case ctx.Done() == nil:
+			// A caller that cannot leave early needs no goroutine to
+			// leave from: the shared load runs on its own, detached from
+			// nothing, under its deadline.
+			fctx, cancel := context.WithTimeout(ctx, p.flightTimeout)
+			deliver(p.fetchMany(fctx, ours, load))
+			cancel()
 		case !p.bg.add():
 			outs := make(map[string]*keyOut[V], len(ours))
 			for _, k := range ours {
