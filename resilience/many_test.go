@@ -543,3 +543,29 @@ func TestGetMany_redisWithoutLock(t *testing.T) {
 		t.Errorf("sources %v, want every key from l2", s)
 	}
 }
+
+// One span for the batch, with the count of keys per source, and one child
+// per round trip and loader call: none per key.
+func TestGetMany_span(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newTelRec(t)
+	p, _ := manyPod(t, srv, "many-span", func(b *Builder[string]) *Builder[string] { return b.TracerProvider(r.tp) })
+	ctx := context.Background()
+	if _, err := p.Get(ctx, "a", func(context.Context, string) (string, error) { return "v:a", nil }); err != nil {
+		t.Fatal(err)
+	}
+	l := &batchLoader{missing: map[string]bool{"gone": true}}
+	root := r.call("test", func(ctx context.Context) {
+		if _, err := p.GetMany(ctx, []string{"a", "b", "c", "gone"}, l.load); err != nil {
+			t.Fatal(err)
+		}
+	})
+	got := r.tree(t, root)
+	want := "resilience.get_many [resilience.keys.failed=0 resilience.keys.failed_open=0 resilience.keys.l1=1 resilience.keys.loader=3 resilience.keys=4 resilience.pipeline=many-span]\n" +
+		"  resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.keys.hit=0 resilience.keys=3]\n" +
+		"  resilience.load [resilience.attempt=1]\n" +
+		"  resilience.writeback (client) [db.operation.name=EVALSHA db.system.name=redis resilience.keys=2]\n"
+	if got != want {
+		t.Errorf("spans:\n%s\nwant:\n%s", got, want)
+	}
+}
