@@ -363,7 +363,11 @@ func manyPod(t *testing.T, srv *redistest.Server, name string, more func(*Builde
 	c := srv.Client()
 	tc := &tripCounter{}
 	c.AddHook(tc)
-	b := New[string](name).Cache(time.Minute).Redis(c).Lock(LockSettings{Poll: 50 * time.Millisecond})
+	// These tests are about batches, not Redis timeouts: a generous
+	// operation timeout keeps a loaded machine's delays from reading as
+	// Redis failures.
+	b := New[string](name).Cache(time.Minute).Redis(c).Lock(LockSettings{Poll: 50 * time.Millisecond}).
+		RedisOptions(RedisOptions{OpTimeout: 5 * time.Second})
 	if more != nil {
 		b = more(b)
 	}
@@ -393,6 +397,11 @@ func TestGetMany_redis_roundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	trips := tc.trips.Load() - before
+	for k, r := range rs {
+		if r.FailedOpen {
+			t.Fatalf("%s failed open: %v", k, r.FailOpenCause)
+		}
+	}
 	if s := sources(rs); s["loader"] != len(keys) {
 		t.Fatalf("sources %v, want every key from the loader", s)
 	}
