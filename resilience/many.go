@@ -221,9 +221,9 @@ func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []str
 			// context.
 			deliver(p.fetchMany(ctx, ours, load))
 		case ctx.Done() == nil:
-			// A caller that cannot leave early needs no goroutine to
-			// leave from: the shared load runs on its own, detached from
-			// nothing, under its deadline.
+			// A caller whose context cannot end never leaves early, so
+			// the shared load runs on the caller's goroutine, under a
+			// deadline of its own.
 			fctx, cancel := context.WithTimeout(ctx, p.flightTimeout)
 			deliver(p.fetchMany(fctx, ours, load))
 			cancel()
