@@ -10,7 +10,7 @@ import (
 	"github.com/herdguard/herdguard/resilience"
 )
 
-func ExamplePipeline_Invalidate() {
+func ExamplePipeline_Invalidate_reload() {
 	users, err := resilience.New[user]("users-invalidate").Cache(time.Hour).Build()
 	if err != nil {
 		panic(err)

@@ -118,6 +118,8 @@ type flight[V any] struct {
 	val  any        // *outcome[V], set before done is closed
 	err  error
 	done chan struct{} // made by the first caller that waits; closed at the end
+	// hooks hear the result of a flight that a batch joined (see lead).
+	hooks []func(val any, err error)
 }
 
 // join returns key's flight under way, and true, or starts one, and false:
@@ -156,12 +158,40 @@ func (g *flightGroup[V]) end(key string, f *flight[V], val any, err error) {
 	if g.m[key] == f {
 		delete(g.m, key)
 	}
-	done := f.done
+	done, hooks := f.done, f.hooks
+	f.hooks = nil
 	g.mu.Unlock()
 	if done != nil {
 		close(done)
 	}
+	for _, h := range hooks {
+		h(val, err)
+	}
 }
+
+// lead makes the caller the leader of key's flight, which it ends with
+// end, unless a flight of key is under way: then hook hears that flight's
+// result when it ends, and lead returns false. A batch learns this way,
+// without a goroutine per key, which keys it loads and which it joins.
+// hook must not block.
+func (g *flightGroup[V]) lead(key string, hook func(val any, err error)) (*flight[V], bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f, ok := g.m[key]; ok {
+		f.hooks = append(f.hooks, hook)
+		return f, false
+	}
+	if g.m == nil {
+		g.m = make(map[string]*flight[V])
+	}
+	f := &flight[V]{}
+	g.m[key] = f
+	return f, true
+}
+
+// errFlightExited is the error of a shared load whose goroutine exited
+// (runtime.Goexit) before it returned.
+var errFlightExited = errors.New("resilience: shared load exited before it returned")
 
 // Do runs fn as key's flight, or waits for the flight under way and
 // returns its result, with shared set: singleflight's Do, for the

@@ -15,6 +15,8 @@
 //   - DoBreaker: a keyless Do behind Breaker and Timeout, beside
 //     failsafe-go's circuit breaker and timeout, and gobreaker's Execute.
 //   - Breaker, BreakerParallel: package breaker alone beside gobreaker.
+//   - GetMany: a batch of 1,000 keys, 100 of them cold, beside sturdyc's
+//     GetOrFetchBatch; the pipeline also with Redis and Lock.
 //
 // Paths that reach Redis start a private redis-server (package
 // internal/redistest) and report round trips (rt/op: commands sent alone

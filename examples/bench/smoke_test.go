@@ -25,7 +25,7 @@ func TestBenchmarks_runOnce(t *testing.T) {
 	}
 	for _, name := range []string{
 		"L1Hit", "L1HitParallel", "L1Memory", "L2Hit", "L2HitParallel",
-		"ColdMissLock", "ColdMissLockParallel", "DoBreaker", "Breaker", "BreakerParallel",
+		"ColdMissLock", "ColdMissLockParallel", "DoBreaker", "Breaker", "BreakerParallel", "GetMany",
 	} {
 		if !regexp.MustCompile(`(?m)^Benchmark` + name + `/\S+\s+1\s`).Match(out) {
 			t.Errorf("Benchmark%s reported no result:\n%s", name, out)

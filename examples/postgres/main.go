@@ -13,6 +13,11 @@
 //
 //	go run ./postgres -callers 200 -ttl 500ms -grace 1s
 //
+// With -batch it shows GetMany instead: batches of ids read from a table
+// through one `WHERE id = ANY($1)` query for each batch's misses.
+//
+//	go run ./postgres -batch
+//
 // With OTEL_EXPORTER_OTLP_ENDPOINT set (e.g. http://127.0.0.1:4318), it
 // exports its traces and metrics over OTLP/HTTP.
 package main
@@ -98,6 +103,7 @@ func main() {
 	flag.DurationVar(&cfg.TTL, "ttl", 500*time.Millisecond, "how long a loaded value stays fresh")
 	flag.DurationVar(&cfg.Grace, "grace", time.Second, "how long an expired value is kept as a stale copy")
 	flag.DurationVar(&cfg.Timeout, "timeout", 2*time.Second, "bound of one query")
+	batch := flag.Bool("batch", false, "show GetMany: batches of ids, one query for each batch's misses")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -107,7 +113,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, err = run(ctx, cfg, os.Stdout)
+	if *batch {
+		_, err = runBatch(ctx, cfg.DatabaseURL, os.Stdout)
+	} else {
+		_, err = run(ctx, cfg, os.Stdout)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if serr := shutdown(sctx); serr != nil {

@@ -76,6 +76,7 @@ type podProc struct {
 	scripts  []scriptEvent
 	breakers []string // "name:from>to"
 	dones    map[int]string
+	batches  map[int]event // getmany's summaries, by call id
 }
 
 // loadEvent is one loader call, as its pod announced it.
@@ -221,6 +222,11 @@ func (f *fleet) record(p *podProc, ev event) {
 		p.breakers = append(p.breakers, ev.Cmd+":"+ev.Value)
 	case "done":
 		p.dones[ev.ID] = ev.Err
+	case "batch":
+		if p.batches == nil {
+			p.batches = map[int]event{}
+		}
+		p.batches[ev.ID] = ev
 	default:
 		f.others = append(f.others, ev)
 	}

@@ -63,7 +63,7 @@ type command struct {
 	Hold    bool          `json:"hold,omitempty"`  // a load waits for "finish" instead
 	// The write ops ("set", "inval", "watch", "peek"; see writes_pod_test.go).
 	Value  string   `json:"value,omitempty"`
-	Keys   []string `json:"keys,omitempty"`
+	Keys   []string `json:"keys,omitempty"` // and getmany: the batch's keys
 	Values []string `json:"values,omitempty"`
 }
 
@@ -148,6 +148,7 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 	client := newClient(cfg)
 	defer client.Close()
 	client.AddHook(&scriptHook{em: em, pod: cfg.Pod})
+	client.AddHook(podTrips)
 
 	// These tests are about the lock, not about Redis timeouts: unless a
 	// test sets one, a generous operation timeout keeps a loaded
@@ -198,6 +199,8 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 			return nil
 		case "get":
 			p.get(c)
+		case "getmany":
+			p.getMany(c)
 		case "finish":
 			p.holds.finish(c.Key)
 		case "invalidate":

@@ -1,0 +1,200 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdguard/herdguard/internal/rkey"
+)
+
+// BatchClient is a [RedisClient] that can send many commands in one round
+// trip (a pipeline). [Redis.GetMany] and [Redis.SetMany] use it when the
+// client has it; otherwise they use the client's Pipeline, if it has one,
+// or send one command at a time.
+type BatchClient interface {
+	// ProcessBatch sends cmds in one round trip and returns once each
+	// holds its reply or error, or with ctx's error when ctx ends first.
+	ProcessBatch(ctx context.Context, cmds []redis.Cmder) error
+}
+
+// Got is one key's answer from [Redis.GetMany]: as [Redis.Get] returns it.
+type Got[V any] struct {
+	Entry     Entry[V]
+	Freshness Freshness
+	Err       error
+}
+
+// GetMany is [Redis.Get] for many keys in one round trip: the i-th answer
+// is keys[i]'s. err is the batch's failure, when it failed as a whole.
+func (r *Redis[V]) GetMany(ctx context.Context, keys []string) ([]Got[V], error) {
+	cmds := make([]redis.Cmder, len(keys))
+	for i, k := range keys {
+		cmds[i] = redis.NewStringCmd(ctx, "hget", r.keys.Value(k), rkey.FieldData)
+	}
+	if err := r.sendBatch(ctx, cmds); err != nil {
+		return nil, fmt.Errorf("cache: get: %w", err)
+	}
+	out := make([]Got[V], len(keys))
+	for i, k := range keys {
+		raw, err := cmds[i].(*redis.StringCmd).Bytes()
+		switch {
+		case errors.Is(err, redis.Nil):
+			out[i].Freshness = Miss
+		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+			r.corrupt(k, fmt.Errorf("%w: value key holds the wrong type", errEnvelope))
+			out[i].Freshness = Miss
+		case err != nil:
+			out[i].Err = fmt.Errorf("cache: get %q: %w", k, err)
+		default:
+			out[i].Entry, out[i].Freshness = r.Decode(k, raw)
+		}
+	}
+	return out, nil
+}
+
+// Write is one entry for [Redis.SetMany]: as [Redis.Set] writes it
+// without Token, as [Redis.SetHeld] with it, and as [Redis.Commit] with
+// Token and Release.
+type Write[V any] struct {
+	Key     string
+	Entry   Entry[V]
+	Token   string
+	Release bool
+}
+
+// Written is one write's outcome from [Redis.SetMany]: as the matching
+// single write returns it.
+type Written struct {
+	Stored bool
+	Err    error
+}
+
+// SetMany runs writes in one round trip: the i-th outcome is writes[i]'s.
+// err is the batch's failure, when it failed as a whole.
+func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, error) {
+	out := make([]Written, len(writes))
+	var cmds []redis.Cmder
+	var idx []int
+	var args [][]any
+	for i, w := range writes {
+		a, err := r.setArgs(w.Key, w.Entry, w.Token, w.Release)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		args = append(args, a)
+		idx = append(idx, i)
+		cmds = append(cmds, redis.NewCmd(ctx, append([]any{"evalsha", setScript.Hash()}, a...)...))
+	}
+	if len(cmds) == 0 {
+		return out, nil
+	}
+	if err := r.sendBatch(ctx, cmds); err != nil {
+		return nil, fmt.Errorf("cache: set: %w", err)
+	}
+	var again []int
+	for j, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, j)
+		}
+	}
+	if len(again) > 0 {
+		// Redis did not know the script (after a restart): load it once
+		// rather than send its source with every command.
+		if err := setScript.Load(ctx, r.client).Err(); err != nil {
+			return nil, fmt.Errorf("cache: set: %w", err)
+		}
+		retry := make([]redis.Cmder, len(again))
+		for n, j := range again {
+			retry[n] = redis.NewCmd(ctx, append([]any{"evalsha", setScript.Hash()}, args[j]...)...)
+		}
+		if err := r.sendBatch(ctx, retry); err != nil {
+			return nil, fmt.Errorf("cache: set: %w", err)
+		}
+		for n, j := range again {
+			cmds[j] = retry[n]
+		}
+	}
+	for j, c := range cmds {
+		i := idx[j]
+		n, err := c.(*redis.Cmd).Int()
+		switch {
+		case err != nil:
+			out[i].Err = fmt.Errorf("cache: set %q: %w", writes[i].Key, err)
+		case n < 0:
+			out[i].Err = fmt.Errorf("cache: set %q: %w", writes[i].Key, ErrLockLost)
+		default:
+			out[i].Stored = n == 1
+		}
+	}
+	return out, nil
+}
+
+// setArgs is the numkeys, keys and arguments of set.lua for one write,
+// laid out as [Redis.set] lays them out.
+func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) ([]any, error) {
+	if e.Fence < 0 {
+		return nil, fmt.Errorf("cache: set %q: negative fence %d", key, e.Fence)
+	}
+	if release && token == "" {
+		return nil, fmt.Errorf("cache: commit %q: empty lock token", key)
+	}
+	until := e.StaleUntil
+	if until.Before(e.Expires) {
+		until = e.Expires
+	}
+	ttl := time.Until(until)
+	if ttl <= 0 {
+		return nil, fmt.Errorf("cache: set %q: %w", key, ErrExpiredEntry)
+	}
+	env := envelope{
+		notFound:     e.NotFound,
+		written:      e.Written,
+		expires:      e.Expires,
+		staleUntil:   until,
+		loadDuration: max(e.LoadDuration, 0),
+		fence:        e.Fence,
+	}
+	if !e.NotFound {
+		var err error
+		if env.payload, err = r.marshal(e.Value); err != nil {
+			return nil, fmt.Errorf("cache: set %q: %w", key, err)
+		}
+	}
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	channel := ""
+	if release {
+		channel = r.keys.Channel()
+	}
+	return []any{2, r.keys.Value(key), r.keys.Lock(key),
+		strconv.FormatInt(e.Fence, 10), encodeEnvelope(env), int64(ms),
+		rkey.FieldFence, rkey.FieldData, token,
+		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key}, nil
+}
+
+func (r *Redis[V]) sendBatch(ctx context.Context, cmds []redis.Cmder) error {
+	switch c := r.client.(type) {
+	case BatchClient:
+		return c.ProcessBatch(ctx, cmds)
+	case interface{ Pipeline() redis.Pipeliner }:
+		pipe := c.Pipeline()
+		for _, cmd := range cmds {
+			_ = pipe.Process(ctx, cmd)
+		}
+		_, _ = pipe.Exec(ctx)
+		return ctx.Err()
+	case interface {
+		Process(context.Context, redis.Cmder) error
+	}:
+		for _, cmd := range cmds {
+			_ = c.Process(ctx, cmd)
+		}
+		return ctx.Err()
+	}
+	return errors.New("cache: the redis client can send neither pipelines nor single commands")
+}

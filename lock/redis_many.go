@@ -1,0 +1,245 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdguard/herdguard/internal/rkey"
+)
+
+// BatchClient is a [RedisClient] that can send many commands in one round
+// trip (a pipeline). [Redis.TryAcquireOrGetMany] and [ReleaseMany] use it
+// when the client has it; otherwise they use the client's Pipeline, if it
+// has one, or send one command at a time.
+type BatchClient interface {
+	// ProcessBatch sends cmds in one round trip and returns once each
+	// holds its reply or error, or with ctx's error when ctx ends first
+	// (the commands may still run).
+	ProcessBatch(ctx context.Context, cmds []redis.Cmder) error
+}
+
+// Look is what [Redis.TryAcquireOrGetMany] found for one key: as
+// [Redis.TryAcquireOrGet] returns it.
+type Look struct {
+	Lease *Lease // the grant, when the lock was taken
+	Value []byte // the stored value's bytes, fresh or not; nil when none
+	Fresh bool   // the value is fresh: no lock was tried
+	Err   error  // ErrNotAcquired, a *BackendError, or ctx's error
+}
+
+// TryAcquireOrGetMany is [Redis.TryAcquireOrGet] for many keys in one
+// round trip: the i-th look is keys[i]'s. Keys must be distinct. A grant
+// whose outcome is unknown (the batch failed in flight) is deleted by its
+// token in the background, as TryAcquire does.
+func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease time.Duration, now time.Time) []Look {
+	looks := make([]Look, len(keys))
+	for _, k := range keys {
+		if err := checkArgs(k, lease); err != nil {
+			for i := range looks {
+				looks[i].Err = err
+			}
+			return looks
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range looks {
+			looks[i].Err = fmt.Errorf("lock: acquire: %w", err)
+		}
+		return looks
+	}
+	ms := max(now.UnixMilli(), 1)
+	beat := min(r.heartbeat, lease/3)
+	toks := make([]string, len(keys))
+	args := make([][]any, len(keys))
+	for i, k := range keys {
+		toks[i] = newToken()
+		args[i] = []any{3, r.keys.Lock(k), r.keys.Fence(k), r.keys.Value(k),
+			toks[i], millis(lease), millis(lease + r.retention), rkey.FieldFence, millis(2 * beat),
+			ms, rkey.FieldData, rkey.FieldExpires}
+	}
+	cmds, berr := runScripts(ctx, r.client, acquireScript, args)
+	var unknown []int
+	for i, k := range keys {
+		var reply []any
+		err := berr
+		if err == nil {
+			reply, err = cmds[i].(*redis.Cmd).Slice()
+		}
+		if err == nil && len(reply) < 2 {
+			err = fmt.Errorf("acquire script returned %d values, want at least 2", len(reply))
+		}
+		if err != nil {
+			if !isReply(err) {
+				unknown = append(unknown, i)
+			}
+			looks[i].Err = failure(ctx, "acquire", k, err)
+			continue
+		}
+		fence, _ := reply[0].(int64)
+		how, _ := reply[1].(int64)
+		if len(reply) > 2 {
+			if s, ok := reply[2].(string); ok {
+				looks[i].Value = []byte(s)
+			}
+		}
+		switch {
+		case fence > 0:
+			l := newLease(r, k, toks[i], fence, lease, beat)
+			l.tookOver = how != 1
+			looks[i].Lease = l
+		case fence < 0:
+			looks[i].Fresh = true
+		default:
+			looks[i].Err = ErrNotAcquired
+		}
+	}
+	if len(unknown) > 0 {
+		r.cleanups.Add(1)
+		go func() {
+			defer r.cleanups.Done()
+			cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			rel := make([][]any, len(unknown))
+			for j, i := range unknown {
+				rel[j] = []any{1, r.keys.Lock(keys[i]), toks[i], "", ""}
+			}
+			_, _ = runScripts(cctx, r.client, releaseScript, rel)
+		}()
+	}
+	return looks
+}
+
+// ReleaseMany releases leases granted by r (a lease granted elsewhere is
+// released on its own), announcing their keys as Release does, in one
+// round trip, and stops their watchdogs. It returns the first error; a
+// lease already released is skipped.
+func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
+	var args [][]any
+	var mine []*Lease
+	var errs []error
+	for _, l := range leases {
+		l.stopWatchdog()
+		l.mu.Lock()
+		done := l.released
+		l.released = true
+		l.mu.Unlock()
+		if done {
+			continue
+		}
+		if l.h != r {
+			errs = append(errs, l.h.release(ctx, l.key, l.token))
+			continue
+		}
+		mine = append(mine, l)
+		args = append(args, []any{1, r.keys.Lock(l.key), l.token, r.channel, l.key})
+	}
+	if len(args) == 0 {
+		return errors.Join(errs...)
+	}
+	cmds, err := runScripts(ctx, r.client, releaseScript, args)
+	if err != nil {
+		return failure(ctx, "release", mine[0].key, err)
+	}
+	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			errs = append(errs, failure(ctx, "release", mine[i].key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ExtendMany is each lease's watchdog beat in one round trip: it extends
+// each of leases (granted by r) to its TTL from now and records the beat.
+// lost[i] is set when leases[i] was found lost (ErrNotHeld); err is the
+// batch's failure, if it failed as a whole.
+func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, err error) {
+	lost = make([]bool, len(leases))
+	if len(leases) == 0 {
+		return lost, nil
+	}
+	args := make([][]any, len(leases))
+	for i, l := range leases {
+		args[i] = []any{2, r.keys.Lock(l.key), r.keys.Fence(l.key), l.token, millis(l.ttl), millis(l.ttl + r.retention)}
+	}
+	cmds, err := runScripts(ctx, r.client, extendScript, args)
+	if err != nil {
+		return lost, failure(ctx, "extend", leases[0].key, err)
+	}
+	for i, c := range cmds {
+		n, err := c.(*redis.Cmd).Int64()
+		if err == nil && n == 0 {
+			lost[i] = true
+		}
+	}
+	return lost, nil
+}
+
+// Every returns how often the lease's watchdog beats.
+func (l *Lease) Every() time.Duration { return l.every }
+
+// runScripts runs script once per element of args (numkeys, keys...,
+// argv...) in one round trip. When Redis did not know the script by its
+// SHA (after a restart), it loads the script and sends those commands
+// again: the batch never carries the script's source per command. The
+// error is the batch's, when it failed as a whole; otherwise each command
+// holds its own.
+func runScripts(ctx context.Context, client RedisClient, script *redis.Script, args [][]any) ([]redis.Cmder, error) {
+	cmds := make([]redis.Cmder, len(args))
+	for i, a := range args {
+		cmds[i] = redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, a...)...)
+	}
+	if err := sendBatch(ctx, client, cmds); err != nil {
+		return nil, err
+	}
+	var again []int
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return cmds, nil
+	}
+	if err := script.Load(ctx, client).Err(); err != nil {
+		return nil, err
+	}
+	retry := make([]redis.Cmder, len(again))
+	for j, i := range again {
+		retry[j] = redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, args[i]...)...)
+	}
+	if err := sendBatch(ctx, client, retry); err != nil {
+		return nil, err
+	}
+	for j, i := range again {
+		cmds[i] = retry[j]
+	}
+	return cmds, nil
+}
+
+// sendBatch sends cmds in one round trip if the client can, else one by
+// one.
+func sendBatch(ctx context.Context, client RedisClient, cmds []redis.Cmder) error {
+	switch c := client.(type) {
+	case BatchClient:
+		return c.ProcessBatch(ctx, cmds)
+	case interface{ Pipeline() redis.Pipeliner }:
+		pipe := c.Pipeline()
+		for _, cmd := range cmds {
+			_ = pipe.Process(ctx, cmd)
+		}
+		_, _ = pipe.Exec(ctx) // each command holds its own error
+		return ctx.Err()
+	case interface {
+		Process(context.Context, redis.Cmder) error
+	}:
+		for _, cmd := range cmds {
+			_ = c.Process(ctx, cmd)
+		}
+		return ctx.Err()
+	}
+	return errors.New("lock: the redis client can send neither pipelines nor single commands")
+}
