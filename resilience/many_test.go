@@ -570,10 +570,10 @@ func TestGetMany_span(t *testing.T) {
 		}
 	})
 	got := r.tree(t, root)
-	want := "resilience.get_many [resilience.keys.failed=0 resilience.keys.failed_open=0 resilience.keys.l1=1 resilience.keys.loader=3 resilience.keys=4 resilience.pipeline=many-span]\n" +
-		"  resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis resilience.keys.hit=0 resilience.keys=3]\n" +
-		"  resilience.load [resilience.attempt=1]\n" +
-		"  resilience.writeback (client) [db.operation.name=EVALSHA db.system.name=redis resilience.keys=2]\n"
+	want := "resilience.get_many [herdguard.keys.failed=0 herdguard.keys.failed_open=0 herdguard.keys.l1=1 herdguard.keys.loader=3 herdguard.keys=4 herdguard.pipeline=many-span]\n" +
+		"  resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.keys.hit=0 herdguard.keys=3]\n" +
+		"  resilience.load [herdguard.attempt=1]\n" +
+		"  resilience.writeback (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.keys=2]\n"
 	if got != want {
 		t.Errorf("spans:\n%s\nwant:\n%s", got, want)
 	}
