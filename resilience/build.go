@@ -94,8 +94,9 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		if l.Lease < 0 || l.Wait < 0 || l.MaxWait < 0 || l.Poll < 0 || l.Heartbeat < 0 {
 			bad("Lock", "durations must not be negative")
 		}
-		l = lockDefaults(l)
-		if l.MaxWait < l.Wait {
+		// Wait (deprecated) only raises MaxWait's default: a MaxWait set
+		// alone may be shorter than Wait's default.
+		if l.Wait > 0 && l.MaxWait > 0 && l.MaxWait < l.Wait {
 			bad("Lock", "MaxWait must be at least Wait")
 		}
 	}
