@@ -177,6 +177,14 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		}
 	}
 	p.keyStages = p.l1 != nil || p.group != nil || p.locker != nil
+	// The call metric reads the Stats counters when collected; last, so
+	// that no failed Build leaves it registered.
+	stop, err := tel.ObserveCalls(tel.Meter, sourceNames[:], p.stats.calls)
+	if err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	p.closers = append(p.closers, stop)
 	return p, nil
 }
 

@@ -343,7 +343,6 @@ func (p *Pipeline[V]) finishMany(ctx context.Context, sp trace.Span, b *manyCall
 			open++
 		}
 		if p.tel.Metering() {
-			p.tel.Call(ctx, r.Source.String(), r.FailedOpen)
 			if r.Cause != nil {
 				p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
 			}

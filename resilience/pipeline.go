@@ -63,7 +63,6 @@ type Pipeline[V any] struct {
 	refreshing sync.Map
 	closed     atomic.Bool
 	stats      stats
-	callCounts atomic.Pointer[callCounts]
 	closeOnce  sync.Once // Close's work; concurrent callers wait for it
 	closeErr   error
 
@@ -158,13 +157,8 @@ func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) 
 	if p.beta > 0 && p.refreshEarly(h) {
 		p.refreshAsync(ctx, key, load, h.Written())
 	}
-	if !p.tel.Off() {
-		if p.tel.Tracing() && p.tel.HitSpans(ctx) {
-			return h, f, false
-		}
-		if p.tel.Metering() {
-			p.counts().add(ctx, SourceL1, false)
-		}
+	if !p.tel.Off() && p.tel.Tracing() && p.tel.HitSpans(ctx) {
+		return h, f, false
 	}
 	p.stats.l1Hit()
 	return h, f, true
@@ -212,7 +206,6 @@ func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h 
 func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V], err error) {
 	countCall(&p.stats, r, err)
 	if p.tel.Metering() {
-		p.counts().add(ctx, r.Source, r.FailedOpen)
 		if r.Cause != nil {
 			p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
 		}
@@ -239,38 +232,6 @@ func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V
 		sp.SetStatus(codes.Error, err.Error())
 	}
 	sp.End()
-}
-
-// callCounts are the resilience.calls increments of a pipeline, one per
-// source and failed-open flag, each with its attribute set built once.
-type callCounts [len(sourceNames)][2]telemetry.Counter
-
-func (c *callCounts) add(ctx context.Context, src Source, failedOpen bool) {
-	if int(src) >= len(c) {
-		return
-	}
-	i := 0
-	if failedOpen {
-		i = 1
-	}
-	c[src][i].Add(ctx)
-}
-
-// counts returns the pipeline's call counters, built on first use.
-func (p *Pipeline[V]) counts() *callCounts {
-	if c := p.callCounts.Load(); c != nil {
-		return c
-	}
-	c := new(callCounts)
-	for s := range c {
-		for i := range c[s] {
-			c[s][i] = p.tel.CallCounter(sourceNames[s], i == 1)
-		}
-	}
-	if !p.callCounts.CompareAndSwap(nil, c) {
-		return p.callCounts.Load()
-	}
-	return c
 }
 
 func fromEntry[V any](e *cache.Entry[V], src Source) (Result[V], error) {

@@ -73,17 +73,31 @@ func (p *Pipeline[V]) Stats() Stats {
 // stats are the counters behind [Stats]. The L1 hit count, bumped by every
 // core at once on a hot key, is striped; the others count slower calls.
 type stats struct {
-	l1         stripedCounter
-	misses     atomic.Uint64
-	bySource   [len(sourceNames)]atomic.Uint64
-	fallbacks  atomic.Uint64
-	failedOpen atomic.Uint64
-	notFound   atomic.Uint64
-	errors     atomic.Uint64
-	loads      atomic.Uint64
+	l1       stripedCounter
+	misses   atomic.Uint64
+	bySource [len(sourceNames)]atomic.Uint64
+	// openBySource counts the calls of bySource that failed open.
+	openBySource [len(sourceNames)]atomic.Uint64
+	fallbacks    atomic.Uint64
+	failedOpen   atomic.Uint64
+	notFound     atomic.Uint64
+	errors       atomic.Uint64
+	loads        atomic.Uint64
 }
 
 func (s *stats) l1Hit() { s.l1.add() }
+
+// calls is the number of calls served from source i so far, failed open
+// or not: what the pipeline's call metric reports.
+func (s *stats) calls(i int, failedOpen bool) uint64 {
+	switch {
+	case failedOpen:
+		return s.openBySource[i].Load()
+	case Source(i) == SourceL1:
+		return s.l1.sum()
+	}
+	return s.bySource[i].Load() - s.openBySource[i].Load()
+}
 
 // countCall counts in s a call that returns r and err, unless
 // [Pipeline.lookup] counted it.
@@ -92,10 +106,14 @@ func countCall[V any](s *stats, r *Result[V], err error) {
 	case r.Source == SourceL1:
 		s.l1.add()
 	case int(r.Source) >= len(s.bySource):
-	case r.Source != SourceNone:
+	default:
 		s.bySource[r.Source].Add(1)
-	case err != nil && !r.NotFound:
-		s.errors.Add(1)
+		if r.FailedOpen {
+			s.openBySource[r.Source].Add(1)
+		}
+		if r.Source == SourceNone && err != nil && !r.NotFound {
+			s.errors.Add(1)
+		}
 	}
 	if r.NotFound {
 		s.notFound.Add(1)

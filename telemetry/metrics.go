@@ -23,7 +23,7 @@ const (
 
 // Instruments are one pipeline's metric instruments, created once.
 type Instruments struct {
-	calls     metric.Int64Counter
+	calls     metric.Int64ObservableCounter
 	loads     metric.Int64Counter
 	loadDur   metric.Float64Histogram
 	lockWait  metric.Float64Histogram
@@ -37,7 +37,7 @@ type Instruments struct {
 func (in *Instruments) init(m metric.Meter, pipeline attribute.KeyValue) error {
 	in.pipeline = pipeline
 	var err, e error
-	in.calls, e = m.Int64Counter(MetricCalls, metric.WithDescription("Calls by pipeline and by where the value came from."), metric.WithUnit("{call}"))
+	in.calls, e = m.Int64ObservableCounter(MetricCalls, metric.WithDescription("Calls by pipeline and by where the value came from."), metric.WithUnit("{call}"))
 	err = errors.Join(err, e)
 	in.loads, e = m.Int64Counter(MetricLoads, metric.WithDescription("Loader calls by outcome."), metric.WithUnit("{call}"))
 	err = errors.Join(err, e)
@@ -56,36 +56,33 @@ func (in *Instruments) init(m metric.Meter, pipeline attribute.KeyValue) error {
 	return err
 }
 
-// Call counts one call served from source. A [Counter] from
-// [Instruments.CallCounter] does the same without building the
-// attributes on every call.
-func (in *Instruments) Call(ctx context.Context, source string, failedOpen bool) {
-	in.calls.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(in.pipeline, Source.String(source), FailedOpen.Bool(failedOpen))))
-}
-
-// CallCounter returns the increment of [Instruments.Call] for source and
-// failedOpen, its attribute set built once.
-func (in *Instruments) CallCounter(source string, failedOpen bool) Counter {
-	return Counter{c: in.calls, opts: []metric.AddOption{
-		metric.WithAttributeSet(attribute.NewSet(in.pipeline, Source.String(source), FailedOpen.Bool(failedOpen))),
-	}}
-}
-
-// Counter adds 1 to a counter with a fixed attribute set, built once: an
-// Add builds nothing and allocates nothing of its own. The zero Counter
-// does nothing.
-type Counter struct {
-	c    metric.Int64Counter
-	opts []metric.AddOption
-}
-
-// Add adds 1, unless the counter records nothing (an SDK with no
-// reader), which it asks first: such an SDK would still sort the
-// attributes of every measurement it drops.
-func (c Counter) Add(ctx context.Context) {
-	if c.c != nil && c.c.Enabled(ctx) {
-		c.c.Add(ctx, 1, c.opts...)
+// ObserveCalls reports the pipeline's calls as [MetricCalls], read at
+// each collection from counters the pipeline keeps anyway: read(i, open)
+// is the number of calls served from sources[i], failed open or not, so
+// far. A call records no measurement of its own: an L1 hit costs the
+// same with a meter as without. The attribute sets are built once. The
+// returned function stops the reporting.
+func (in *Instruments) ObserveCalls(m metric.Meter, sources []string, read func(i int, failedOpen bool) uint64) (stop func() error, err error) {
+	sets := make([][2]metric.ObserveOption, len(sources))
+	for i, src := range sources {
+		for j := range sets[i] {
+			sets[i][j] = metric.WithAttributeSet(attribute.NewSet(in.pipeline, Source.String(src), FailedOpen.Bool(j == 1)))
+		}
 	}
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for i := range sources {
+			for j := range sets[i] {
+				if n := read(i, j == 1); n > 0 {
+					o.ObserveInt64(in.calls, int64(n), sets[i][j])
+				}
+			}
+		}
+		return nil
+	}, in.calls)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
 }
 
 // Load records one loader call.

@@ -68,6 +68,8 @@ type Telemetry struct {
 
 	// PipelineAttr is herdguard.pipeline=<name>, built once.
 	PipelineAttr attribute.KeyValue
+	// Meter made the instruments; observable ones register with it.
+	Meter metric.Meter
 	Instruments
 }
 
@@ -92,6 +94,7 @@ func New(scope, version, pipeline string, c Config) (*Telemetry, error) {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter(scope, metric.WithInstrumentationVersion(version))
+	t.Meter = meter
 	if err := t.Instruments.init(meter, t.PipelineAttr); err != nil {
 		return nil, err
 	}
