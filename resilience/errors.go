@@ -137,6 +137,9 @@ func classify(ctx context.Context, err error) errClass {
 	case errors.Is(err, cache.ErrCodec):
 		return errData
 	case errors.As(err, &re) && !errors.Is(err, redis.ErrClosed):
+		if isDenied(err) { // the ACL refused a command inside a script
+			return errInfra
+		}
 		for _, prefix := range infraReplies {
 			if redis.HasErrorPrefix(re, prefix) {
 				return errInfra
