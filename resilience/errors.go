@@ -144,6 +144,9 @@ func classify(ctx context.Context, err error) errClass {
 func classifyReply(err error) errClass {
 	var re redis.Error
 	if errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) {
+		if isDenied(err) { // the ACL refused a command inside a script
+			return errInfra
+		}
 		for _, prefix := range infraReplies {
 			if redis.HasErrorPrefix(re, prefix) {
 				return errInfra

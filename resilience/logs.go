@@ -23,7 +23,7 @@ type logs struct {
 	l        *slog.Logger
 	pipeline string
 	// Unix nanoseconds of the last logged event of each kind.
-	failOpen, corrupt, leaseLost atomic.Int64
+	failOpen, denied, corrupt, leaseLost atomic.Int64
 }
 
 func (g *logs) breakerChange(name string, from, to breaker.State) {
@@ -52,6 +52,14 @@ func (g *logs) episode(ctx context.Context, last *atomic.Int64, level slog.Level
 }
 
 func (g *logs) failedOpen(ctx context.Context, op, why string, err error) {
+	if isDenied(err) {
+		// A misconfiguration, not an outage: an error of its own, logged
+		// at its first occurrence even during an outage's quiet minute.
+		g.episode(ctx, &g.denied, slog.LevelError,
+			"herdguard: Redis refuses the pipeline's credentials or commands (ACL); calls go on without it until it is fixed (see Pipeline.Check)",
+			"op", op, "reason", why, "error", rootCause(err).Error())
+		return
+	}
 	g.episode(ctx, &g.failOpen, slog.LevelWarn, "herdguard: Redis failing; calls go on without it",
 		"op", op, "reason", why, "error", rootCause(err).Error())
 }

@@ -20,6 +20,7 @@ import (
 type redisGuard struct {
 	br        *breaker.Breaker
 	opTimeout time.Duration
+	check     checkTarget // what Check looks at
 }
 
 // guard runs one Redis operation through g. A nil g (the embedded
@@ -88,7 +89,8 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	// it or shares it, and stops hearing them when it closes.
 	unsubscribe := br.Subscribe(p.breakerObserver(nil, c.onBreaker))
 	p.closers = append(p.closers, func() error { unsubscribe(); return nil })
-	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout}
+	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout,
+		check: checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}}
 	// The cache and the lock send their commands through one batcher.
 	batch := newBatcher(c.redis, o.OpTimeout)
 	l2, err := cache.NewRedis[V](batch, cache.RedisOptions{

@@ -61,6 +61,8 @@ func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, er
 	why := "redis_error"
 	if classify(ctx, err) == errRefused {
 		why = "breaker_open"
+	} else if isDenied(err) {
+		why = "redis_denied" // misconfigured: credentials or ACL
 	}
 	if sp != nil {
 		sp.SetAttributes(telemetry.FailedOpen.Bool(true), telemetry.FailOpenReason.String(why))

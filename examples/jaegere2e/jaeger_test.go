@@ -1,8 +1,9 @@
-// Package jaegere2e runs a multi-process stampede that exports its traces
-// over OTLP/HTTP to a real Jaeger (all-in-one, in-memory storage, every
-// port on 127.0.0.1), then reads the traces back through Jaeger's HTTP API
-// and checks the spans of the lock winner, a waiter, a coalesced caller and
-// a fail-open call.
+// Package jaegere2e runs the stampede harness (examples/stampede, its pods
+// separate processes) with OTEL_EXPORTER_OTLP_ENDPOINT pointing at a real
+// Jaeger (all-in-one, in-memory storage, every port on 127.0.0.1), then
+// reads the traces back through Jaeger's HTTP API and checks the spans of
+// the lock winner, a waiter, a coalesced caller and a fail-open call, the
+// pods' service names and the Redis command spans of redisotel.
 //
 //	cd examples && go test -v -run Jaeger ./jaegere2e
 //
@@ -24,11 +25,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/herdguard/herdguard/internal/redistest"
 )
 
-const service = "herdguard-e2e"
+// The pods' services are these, with -pod-N.
+const (
+	service         = "herdguard-e2e"
+	failOpenService = "herdguard-e2e-failopen"
+)
 
 // jaegerConfig is an all-in-one configuration with in-memory storage, the
 // OTLP/HTTP receiver and the query service, all on loopback.
@@ -160,46 +163,54 @@ func tailOf(s string, n int) string {
 	return s
 }
 
-// runPods starts n pods of the test binary and returns their reports.
-func runPods(t *testing.T, n int, env ...string) []podReport {
+// buildHarness builds the stampede harness into dir.
+func buildHarness(t *testing.T, dir string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	bin := filepath.Join(dir, "stampede")
+	cmd := exec.Command("go", "build", "-o", bin, "../stampede")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build stampede: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// round is the part of the harness's JSON report the test reads.
+type round struct {
+	Round       int            `json:"round"`
+	LoaderCalls int            `json:"loader_calls"`
+	Errors      int            `json:"errors"`
+	FailOpen    int            `json:"fail_open"`
+	Sources     map[string]int `json:"sources"`
+	PodErrors   []string       `json:"pod_errors"`
+}
+
+// runHarness runs the harness with args, its pods exporting to otlp as
+// service-pod-N, and returns its rounds.
+func runHarness(t *testing.T, bin, otlp, service string, args ...string) []round {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	type result struct {
-		rep podReport
-		err error
+	cmd := exec.CommandContext(ctx, bin, append(args, "-json")...)
+	cmd.Env = append(os.Environ(),
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+otlp,
+		"OTEL_SERVICE_NAME="+service,
+		"OTEL_METRICS_EXPORTER=none", // Jaeger takes traces only
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("stampede %v: %v\n%s", args, err, stderr.String())
 	}
-	results := make(chan result, n)
-	for i := range n {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Env = append(cmd.Env, podEnv+"=pod-"+strconv.Itoa(i), podsEnv+"="+strconv.Itoa(n))
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+	var rounds []round
+	dec := json.NewDecoder(&stdout)
+	for dec.More() {
+		var r round
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("stampede's report: %v", err)
 		}
-		go func() {
-			err := cmd.Wait()
-			var rep podReport
-			if err == nil {
-				err = json.Unmarshal(stdout.Bytes(), &rep)
-			}
-			if err != nil {
-				err = fmt.Errorf("pod-%d: %v\nstdout: %s\nstderr: %s", i, err, stdout.String(), stderr.String())
-			}
-			results <- result{rep, err}
-		}()
+		rounds = append(rounds, r)
 	}
-	reps := make([]podReport, 0, n)
-	for range n {
-		r := <-results // each pod is bounded by ctx
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		reps = append(reps, r.rep)
-	}
-	return reps
+	return rounds
 }
 
 func TestJaeger_stampedeTraces(t *testing.T) {
@@ -207,73 +218,74 @@ func TestJaeger_stampedeTraces(t *testing.T) {
 		t.Skip("builds and runs Jaeger")
 	}
 	otlp, query := startJaeger(t)
-	srv := redistest.Start(t)
-	common := []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlp,
-		"OTEL_SERVICE_NAME=" + service,
-		redisEnv + "=" + srv.Addr(),
-	}
+	bin := buildHarness(t, t.TempDir())
 
-	// The stampede: 3 pods of 3 callers each ask for one cold key at once.
+	// The stampede: 3 pods of 3 callers each ask for one cold key at once,
+	// after the harness's warm-up round on another key.
 	const pods, callers = 3, 3
-	reps := runPods(t, pods, append(common, modeEnv+"=stampede", keyEnv+"=report:1", callersEnv+"="+strconv.Itoa(callers))...)
-	var loads int64
-	total := map[string]int{}
-	for _, r := range reps {
-		loads += r.Loads
-		for s, n := range r.Sources {
-			total[s] += n
-		}
-		if len(r.Errors) > 0 || r.FailedOpen > 0 {
-			t.Fatalf("%s: errors %v, failed open %d", r.Pod, r.Errors, r.FailedOpen)
-		}
+	rounds := runHarness(t, bin, otlp, service, "-pods", strconv.Itoa(pods), "-callers", strconv.Itoa(callers),
+		"-rounds", "1", "-load", "500ms")
+	if len(rounds) != 1 {
+		t.Fatalf("harness reported %d rounds, want 1", len(rounds))
 	}
-	if loads != 1 || total["loader"] != 1 || total["waited"] != pods-1 || total["coalesced"] != pods*callers-pods {
-		t.Fatalf("loads %d, sources %v; want 1 load, 1 loader, %d waited, the rest coalesced", loads, total, pods-1)
+	r := rounds[0]
+	if r.LoaderCalls != 1 || r.Errors != 0 || r.FailOpen != 0 || len(r.PodErrors) > 0 ||
+		r.Sources["loader"] != 1 || r.Sources["waited"] != pods-1 || r.Sources["coalesced"] != pods*callers-pods {
+		t.Fatalf("round %+v; want 1 load, 1 loader, %d waited, the rest coalesced", r, pods-1)
 	}
 
-	// One more pod, after Redis died: it fails open.
-	if err := srv.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	fo := runPods(t, 1, append(common, modeEnv+"=failopen", keyEnv+"=report:2", callersEnv+"=1")...)[0]
-	if fo.FailedOpen != 1 || fo.Sources["loader"] != 1 {
-		t.Fatalf("fail-open pod: %+v, want one failed-open loader call", fo)
+	// One pod, whose Redis dies 100 ms into round 1 (while the winner
+	// loads): round 2 fails open.
+	fo := runHarness(t, bin, otlp, failOpenService, "-pods", "1", "-callers", "1", "-rounds", "2",
+		"-load", "500ms", "-kill-redis-after", "100ms")
+	if len(fo) != 2 || fo[1].FailOpen != 1 || fo[1].Sources["loader"] != 1 {
+		t.Fatalf("fail-open run: %+v, want round 2 to be one failed-open loader call", fo)
 	}
 
-	want := pods*callers + 1
-	traces := waitTraces(t, query, want)
+	// Every pod exported as a service of its own.
+	var podServices []string
+	for i := range pods {
+		podServices = append(podServices, fmt.Sprintf("%s-pod-%d", service, i))
+	}
+	// Two rounds (the warm-up and round 1) of pods x callers calls.
+	want := 2 * pods * callers
+	traces, redisTraces := waitTraces(t, query, podServices, want)
 	if dir := os.Getenv("HERDGUARD_JAEGER_DUMP"); dir != "" {
-		dumpTraces(t, query, dir)
+		dumpTraces(t, query, append(podServices, failOpenService+"-pod-0"), dir)
 	}
 	byRoot := map[string][]*jTrace{}
+	services := map[string]int{}
 	for _, tr := range traces {
 		get := tr.root()
-		if get == nil {
-			t.Fatalf("trace %s has no resilience.get root", tr.TraceID)
-		}
 		byRoot[get.tag("herdguard.source")] = append(byRoot[get.tag("herdguard.source")], tr)
+		services[tr.service(get)]++
 	}
-	if len(byRoot["loader"]) != 2 || len(byRoot["waited"]) != pods-1 || len(byRoot["coalesced"]) != pods*callers-pods {
+	if len(byRoot["loader"]) != 2 || len(byRoot["waited"]) != 2*(pods-1) || len(byRoot["coalesced"]) != 2*(pods*callers-pods) {
 		t.Fatalf("traces by source: loader %d, waited %d, coalesced %d",
 			len(byRoot["loader"]), len(byRoot["waited"]), len(byRoot["coalesced"]))
 	}
-	var winner, failOpen *jTrace
-	for _, tr := range byRoot["loader"] {
-		if tr.root().tag("herdguard.failed_open") == "true" {
-			failOpen = tr
-		} else {
-			winner = tr
+	for _, s := range podServices {
+		if services[s] != 2*callers {
+			t.Fatalf("calls traced by service: %v; want %d from each of %v", services, 2*callers, podServices)
 		}
 	}
-	if winner == nil || failOpen == nil {
-		t.Fatal("want one winner and one fail-open call among the loader traces")
+	// redisotel names each command the pods send, pipelined batches and
+	// scripts included, in traces of their own: a batch serves many calls.
+	ops := map[string]bool{}
+	for _, tr := range redisTraces {
+		for _, s := range tr.Spans {
+			ops[strings.Fields(s.OperationName)[0]] = true
+		}
 	}
+	if !ops["evalsha"] {
+		t.Fatalf("no evalsha span among the Redis command spans %v", ops)
+	}
+	winner := byRoot["loader"][0]
 
 	// The winner: the lock acquired, with a fence; the load and the
 	// write-back under it.
 	wantTree(t, "winner", winner, `
-resilience.get pipeline=e2e source=loader failed_open=false
+resilience.get pipeline=stampede source=loader failed_open=false
   resilience.l1 hit=false
   resilience.singleflight shared=false
     resilience.l2 db=redis hit=false
@@ -288,13 +300,12 @@ resilience.get pipeline=e2e source=loader failed_open=false
 	waiter := byRoot["waited"][0]
 	got := waiter.render()
 	if !strings.HasPrefix(got, strings.TrimLeft(`
-resilience.get pipeline=e2e source=waited failed_open=false
+resilience.get pipeline=stampede source=waited failed_open=false
   resilience.l1 hit=false
   resilience.singleflight shared=false
     resilience.l2 db=redis hit=false
     resilience.lock outcome=waited
       resilience.lock.wait
-        resilience.l2 db=redis hit=false
 `, "\n")) || !strings.HasSuffix(got, "        resilience.l2 db=redis hit=true\n") {
 		t.Fatalf("waiter's trace:\n%s", got)
 	}
@@ -302,7 +313,7 @@ resilience.get pipeline=e2e source=waited failed_open=false
 	// leader, in another trace.
 	co := byRoot["coalesced"][0]
 	wantTree(t, "coalesced", co, `
-resilience.get pipeline=e2e source=coalesced failed_open=false
+resilience.get pipeline=stampede source=coalesced failed_open=false
   resilience.l1 hit=false
   resilience.singleflight shared=true
 `)
@@ -320,9 +331,20 @@ resilience.get pipeline=e2e source=coalesced failed_open=false
 	if !linked {
 		t.Fatalf("coalesced caller's single-flight span references %+v, want a link to a leader's single-flight span", sf.References)
 	}
+
 	// The fail-open call: L2 failed, the call loaded without the lock.
+	foTraces, _ := waitTraces(t, query, []string{failOpenService + "-pod-0"}, 3)
+	var failOpen *jTrace
+	for _, tr := range foTraces {
+		if tr.root().tag("herdguard.failed_open") == "true" && len(tr.named("resilience.lock")) == 0 {
+			failOpen = tr
+		}
+	}
+	if failOpen == nil {
+		t.Fatalf("no failed-open call without the lock among %d traces", len(foTraces))
+	}
 	wantTree(t, "fail-open", failOpen, `
-resilience.get pipeline=e2e source=loader failed_open=true
+resilience.get pipeline=stampede source=loader failed_open=true
   resilience.l1 hit=false
   resilience.singleflight shared=false
     resilience.l2 db=redis hit=false failed_open=true reason=redis_error log=failed open
@@ -337,57 +359,77 @@ func wantTree(t *testing.T, what string, tr *jTrace, want string) {
 	}
 }
 
-// waitTraces polls Jaeger until it holds n traces of the service.
-func waitTraces(t *testing.T, query string, n int) []*jTrace {
+// waitTraces polls Jaeger until it holds n calls' traces (rooted in
+// resilience.get) of the services, and returns them with the traces of
+// Redis commands (rooted in a redisotel span).
+func waitTraces(t *testing.T, query string, services []string, n int) (calls, redis []*jTrace) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	var last []*jTrace
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(query + "/api/traces?service=" + service + "&limit=1000&lookback=1h")
-		if err == nil {
-			var body struct {
-				Data []*jTrace `json:"data"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&body)
-			resp.Body.Close()
-			if err == nil {
-				last = body.Data
-				if len(last) >= n && allEnded(last) {
-					return last
+		calls, redis = nil, nil
+		seen := map[string]bool{}
+		for _, svc := range services {
+			for _, tr := range fetchTraces(query, svc) {
+				if seen[tr.TraceID] {
+					continue
+				}
+				seen[tr.TraceID] = true
+				if tr.root() != nil {
+					calls = append(calls, tr)
+				} else if tr.redisRoot() {
+					redis = append(redis, tr)
 				}
 			}
 		}
+		if len(calls) >= n && len(redis) > 0 {
+			return calls, redis
+		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Fatalf("jaeger holds %d traces of %s, want %d", len(last), service, n)
-	return nil
+	t.Fatalf("jaeger holds %d calls' traces and %d Redis traces of %v, want %d and some", len(calls), len(redis), services, n)
+	return nil, nil
 }
 
-// allEnded reports whether every trace has its root: spans arrive in
-// batches, and the root ends last.
-func allEnded(trs []*jTrace) bool {
-	for _, tr := range trs {
-		if tr.root() == nil {
-			return false
-		}
-	}
-	return true
-}
-
-// dumpTraces writes the service's traces, as Jaeger's API returns them, to
-// dir/traces.json; docs/trace-view.html draws them.
-func dumpTraces(t *testing.T, query, dir string) {
-	t.Helper()
-	resp, err := http.Get(query + "/api/traces?service=" + service + "&limit=1000&lookback=1h")
+func fetchTraces(query, svc string) []*jTrace {
+	resp, err := http.Get(query + "/api/traces?service=" + svc + "&limit=1000&lookback=1h")
 	if err != nil {
-		t.Fatalf("dump traces: %v", err)
+		return nil
 	}
 	defer resp.Body.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		t.Fatalf("dump traces: %v", err)
+	var body struct {
+		Data []*jTrace `json:"data"`
 	}
-	if err := os.WriteFile(filepath.Join(dir, "traces.json"), buf.Bytes(), 0o644); err != nil {
+	if json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return nil
+	}
+	return body.Data
+}
+
+// dumpTraces writes the services' traces, as Jaeger's API returns them, to
+// dir/traces.json; docs/trace-view.html draws them.
+func dumpTraces(t *testing.T, query string, services []string, dir string) {
+	t.Helper()
+	var all []json.RawMessage
+	for _, svc := range services {
+		resp, err := http.Get(query + "/api/traces?service=" + svc + "&limit=1000&lookback=1h")
+		if err != nil {
+			t.Fatalf("dump traces: %v", err)
+		}
+		var body struct {
+			Data []json.RawMessage `json:"data"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("dump traces: %v", err)
+		}
+		all = append(all, body.Data...)
+	}
+	b, err := json.Marshal(map[string]any{"data": all})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "traces.json"), b, 0o644); err != nil {
 		t.Fatalf("dump traces: %v", err)
 	}
 }

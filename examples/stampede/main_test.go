@@ -307,7 +307,8 @@ func TestCancelledCallers_noLockLeft(t *testing.T) {
 	for _, v := range variants {
 		b := resilience.New[string]("cancel").Cache(time.Minute).
 			Redis(srv.Client()).RedisOptions(resilience.RedisOptions{OpTimeout: v.op}).
-			Lock(resilience.LockSettings{MaxWait: 2 * time.Second, Poll: 20 * time.Millisecond})
+			//lint:ignore SA1019 a Wait under MaxWait's 2 s: the default Wait (5 s) would exceed it
+			Lock(resilience.LockSettings{Wait: 2 * time.Second, MaxWait: 2 * time.Second, Poll: 20 * time.Millisecond})
 		if v.flight > 0 {
 			b = b.Timeout(v.flight).FlightTimeout(v.flight)
 		}
