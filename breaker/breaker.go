@@ -7,13 +7,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sony/gobreaker/v2"
 )
 
 var (
-	// ErrOpen is returned by [Breaker.Allow] while the breaker is open.
+	// ErrOpen is returned by [Breaker.Execute] while the breaker is open.
 	ErrOpen = errors.New("breaker: open")
-	// ErrTooManyProbes is returned by [Breaker.Allow] while the breaker is
-	// half-open and its probes are all in flight.
+	// ErrTooManyProbes is returned by [Breaker.Execute] while the breaker
+	// is half-open and its probes are all in flight.
 	ErrTooManyProbes = errors.New("breaker: half-open, probes in flight")
 	// ErrSlowCall is what a call slower than Settings.SlowCall is recorded
 	// as. The caller still gets the call's own result.
@@ -65,10 +67,11 @@ type Settings struct {
 	Failures uint32
 	// FailureRatio, when above 0, opens the breaker on a failure rate
 	// instead of a run of failures: when at least FailureRatio of the
-	// calls that finished in the last Window failed, and there were at
-	// least MinRequests of them (calls whose outcome is ignored, see
-	// [Ignore], count neither way). A handful of slow replies under a burst then
-	// does not open it; a dependency that fails most calls does.
+	// calls that began in the last Window and have finished failed, and
+	// there were at least MinRequests of them (calls whose outcome is
+	// ignored, see [Ignore], count neither way). A handful of slow replies
+	// under a burst then does not open it; a dependency that fails most
+	// calls does.
 	// default: 0 (count consecutive failures)
 	FailureRatio float64
 	// MinRequests is the least number of calls in the Window for
@@ -76,7 +79,9 @@ type Settings struct {
 	// default: 20
 	MinRequests uint32
 	// Window is the rolling window over which FailureRatio is measured:
-	// ten buckets of Window/10 (at least a millisecond) each.
+	// ten buckets of Window/10 (at least a millisecond) each. A call's
+	// outcome counts in the bucket of when the call began; the outcome of
+	// a call that began before the window is dropped.
 	// default: 10 seconds
 	Window time.Duration
 	// OpenTimeout is how long the breaker stays open before it lets a
@@ -91,7 +96,8 @@ type Settings struct {
 	// as a failure even when it succeeds.
 	// default: 0 (off)
 	SlowCall time.Duration
-	// IsFailure decides which errors count against the breaker.
+	// IsFailure decides which errors count against the breaker. It is
+	// called outside every lock of the breaker.
 	// default: every non-nil error except context.Canceled (a caller that
 	// gave up says nothing about the dependency's health)
 	IsFailure func(err error) bool
@@ -102,68 +108,33 @@ type Settings struct {
 
 // Breaker is a circuit breaker. It is safe for concurrent use.
 //
-// A call through a closed breaker takes no lock and reads no clock unless
-// it has to: the state lives in an immutable generation read atomically,
-// a run of failures is an atomic counter, and the clock is read only for
-// SlowCall, for the FailureRatio window, and while open. Transitions, the
-// half-open probes and the FailureRatio window take a mutex.
+// It runs on a [gobreaker.CircuitBreaker]: gobreaker keeps the state, the
+// counts and the rolling window, and takes its mutex twice per call; the
+// Breaker classifies each outcome before gobreaker sees it (outside that
+// mutex) and delivers transitions outside every lock.
 type Breaker struct {
 	name      string
 	slow      time.Duration
 	isFailure func(error) bool
 	onChange  func(name string, from, to State)
+	cb        *gobreaker.CircuitBreaker[struct{}]
+	errOpen   error
+	errProbes error
 
-	failures    uint32
-	ratio       float64
-	minRequests uint32
-	bucket      time.Duration
-	openTimeout time.Duration
-	probes      uint32
-	errOpen     error
-	errProbes   error
-
-	// cur is the current generation: a new one starts at every
-	// transition, and an outcome reported for an older one is dropped.
-	cur atomic.Pointer[generation]
-	// queued is how many transitions wait in pending: the fast path
-	// reads it instead of taking mu.
+	// queued is how many transitions wait in pending: a call reads it
+	// instead of taking mu.
 	queued atomic.Int32
 
-	// mu guards transitions, the half-open and window counts of the
-	// current generation, pending, dispatching and subs. Transitions are
-	// queued under it and delivered by whichever goroutine finishes a
-	// breaker call first, one dispatcher at a time, outside mu, so the
-	// user sees them in order and may call back into the breaker.
+	// mu guards pending, dispatching and subs. Transitions are queued by
+	// gobreaker's OnStateChange, which runs under gobreaker's mutex (so mu
+	// is only ever taken inside it, never the other way round), and
+	// delivered by whichever goroutine finishes a breaker call first, one
+	// dispatcher at a time, outside every lock, so the user sees them in
+	// order and may call back into the breaker.
 	mu          sync.Mutex
 	pending     []transition
 	dispatching bool
 	subs        map[*func(string, State, State)]struct{}
-}
-
-// generation is one stretch of a breaker's life in one state.
-type generation struct {
-	state State
-	// until is when an open breaker lets a probe through.
-	until time.Time
-	// start is when the generation began: the origin of its window.
-	start time.Time
-	// done is [Breaker.Allow]'s callback for this generation, made once
-	// so that Allow does not allocate.
-	done func(err error, took time.Duration)
-
-	// run is the current run of consecutive failures (closed).
-	run atomic.Uint32
-
-	// Under Breaker.mu: half-open probes admitted, finished without a
-	// verdict, and succeeded; the closed window's buckets.
-	probes, excluded, successes uint32
-	window                      []bucket
-}
-
-// bucket counts the outcomes of one slice of the FailureRatio window.
-type bucket struct {
-	slice              int64
-	requests, failures uint32
 }
 
 type transition struct{ from, to State }
@@ -208,255 +179,147 @@ func New(s Settings) (*Breaker, error) {
 	}
 	b := &Breaker{
 		name: s.Name, slow: s.SlowCall, isFailure: s.IsFailure, onChange: s.OnStateChange,
-		failures: s.Failures, ratio: s.FailureRatio, minRequests: s.MinRequests,
-		bucket:      max(s.Window/windowBuckets, time.Millisecond),
-		openTimeout: s.OpenTimeout, probes: s.HalfOpenProbes,
 		errOpen:   &refusal{ErrOpen, s.Name},
 		errProbes: &refusal{ErrTooManyProbes, s.Name},
 	}
 	if b.isFailure == nil {
 		b.isFailure = defaultIsFailure
 	}
-	b.cur.Store(b.newGeneration(Closed, time.Now()))
+	gs := gobreaker.Settings{
+		Name:        s.Name,
+		MaxRequests: s.HalfOpenProbes,
+		Timeout:     s.OpenTimeout,
+		// Execute hands gobreaker a verdict, not the call's error: nil
+		// for a success, errIgnored for an outcome that counts neither
+		// way, anything else for a failure (ErrSlowCall for a slow
+		// success, the error of a panic).
+		IsSuccessful:  func(err error) bool { return err == nil },
+		IsExcluded:    func(err error) bool { return err == errIgnored },
+		OnStateChange: b.queue,
+	}
+	if ratio, least := s.FailureRatio, s.MinRequests; ratio > 0 {
+		gs.Interval = s.Window
+		gs.BucketPeriod = max(s.Window/windowBuckets, time.Millisecond)
+		gs.ReadyToTrip = func(c gobreaker.Counts) bool {
+			// Requests counts calls in flight and ignored ones too: the
+			// rate is over the calls that finished with a verdict.
+			n := c.TotalSuccesses + c.TotalFailures
+			return n >= least && float64(c.TotalFailures) >= ratio*float64(n)
+		}
+	} else {
+		failures := s.Failures
+		gs.ReadyToTrip = func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures }
+	}
+	b.cb = gobreaker.NewCircuitBreaker[struct{}](gs)
 	return b, nil
 }
 
 // windowBuckets is how many slices the FailureRatio window rolls by.
 const windowBuckets = 10
 
-func (b *Breaker) newGeneration(s State, now time.Time) *generation {
-	g := &generation{state: s, start: now}
-	switch s {
-	case Open:
-		g.until = now.Add(b.openTimeout)
-	case Closed:
-		if b.ratio > 0 {
-			g.window = make([]bucket, windowBuckets)
-		}
-	}
-	g.done = func(err error, took time.Duration) { b.record(g, err, took) }
-	return g
-}
-
-// setState moves the breaker from g, the current generation, to s and
-// queues the transition. b.mu must be held.
-func (b *Breaker) setState(g *generation, s State, now time.Time) *generation {
-	n := b.newGeneration(s, now)
-	b.cur.Store(n)
-	b.pending = append(b.pending, transition{g.state, s})
-	b.queued.Add(1)
-	return n
-}
-
 func defaultIsFailure(err error) bool { return err != nil && !errors.Is(err, context.Canceled) }
+
+// queue is gobreaker's OnStateChange. It runs under gobreaker's mutex:
+// it only queues the transition, and calls nothing of the user's.
+func (b *Breaker) queue(_ string, from, to gobreaker.State) {
+	b.mu.Lock()
+	b.pending = append(b.pending, transition{fromGo(from), fromGo(to)})
+	b.queued.Add(1)
+	b.mu.Unlock()
+}
+
+func fromGo(s gobreaker.State) State {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return HalfOpen
+	case gobreaker.StateOpen:
+		return Open
+	}
+	return Closed
+}
 
 // Name returns the breaker's name.
 func (b *Breaker) Name() string { return b.name }
 
-// SlowCall returns Settings.SlowCall: above 0, the duration passed to done
-// matters; at 0, done may be given 0 without reading a clock.
+// SlowCall returns Settings.SlowCall: above 0, [Breaker.Execute] reads
+// the clock around each call; at 0, it reads none.
 func (b *Breaker) SlowCall() time.Duration { return b.slow }
 
 // State returns the current state. An open breaker whose OpenTimeout has
 // passed is half-open.
 func (b *Breaker) State() State {
-	g := b.cur.Load()
-	if g.state == Open && !time.Now().Before(g.until) {
-		b.mu.Lock()
-		if g = b.cur.Load(); g.state == Open {
-			if now := time.Now(); !now.Before(g.until) {
-				g = b.setState(g, HalfOpen, now)
-			}
-		}
-		b.mu.Unlock()
-	}
+	s := fromGo(b.cb.State())
 	b.dispatch()
-	return g.state
+	return s
 }
 
-// Allow asks to make one call. It returns [ErrOpen] or [ErrTooManyProbes]
-// when the call must not be made; otherwise the caller must call done
-// exactly once with the call's error and how long it took.
-func (b *Breaker) Allow() (done func(err error, took time.Duration), err error) {
-	g, err := b.allow()
-	if err != nil {
-		return nil, err
-	}
-	return g.done, nil
-}
-
-// allow admits one call and returns the generation its outcome belongs
-// to. A closed breaker takes no lock and reads no clock.
-func (b *Breaker) allow() (*generation, error) {
-	g := b.cur.Load()
-	switch {
-	case g.state == Closed:
-		return g, nil
-	case g.state == Open && time.Now().Before(g.until):
-		return nil, b.errOpen
-	}
-	b.mu.Lock()
-	g = b.cur.Load()
-	if g.state == Open {
-		if now := time.Now(); !now.Before(g.until) {
-			g = b.setState(g, HalfOpen, now)
-		}
-	}
-	var err error
-	switch g.state {
-	case Open:
-		err = b.errOpen
-	case HalfOpen:
-		if g.probes-g.excluded >= b.probes {
-			err = b.errProbes
-		} else {
-			g.probes++
-		}
-	}
-	b.mu.Unlock()
-	b.dispatch()
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-
-// Ignore, passed to done, records that the call ran but says nothing of the
+// Ignore, returned by the function given to [Breaker.Execute] (or wrapped
+// in its error), records that the call ran but says nothing of the
 // dependency's health (the caller gave up, say): it counts neither way.
 var Ignore = errIgnored
 
 var errIgnored = errors.New("breaker: ignored outcome")
 
-var errPanicked = errors.New("breaker: call panicked")
-
-// Execute runs fn if the breaker allows it and records its outcome. A
+// Execute runs fn if the breaker allows it, records its outcome and
+// returns fn's error as it is. It returns an error matching [ErrOpen] or
+// [ErrTooManyProbes], without running fn, when the call must not be made.
+//
+// fn's error says how the call counts: nil is a success (a failure if
+// it took longer than Settings.SlowCall), an error wrapping [Ignore]
+// counts neither way, and any other error counts as Settings.IsFailure
+// says. A caller whose result is not a plain error keeps it in variables
+// that fn sets, and returns from fn what the breaker should record. A
 // panic in fn counts as a failure, then goes on.
+//
+// Execute allocates nothing unless fn's closure escapes by itself: the
+// closure it hands gobreaker stays on the stack.
 func (b *Breaker) Execute(fn func() error) error {
-	g, err := b.allow()
-	if err != nil {
-		return err
-	}
-	// The clock is read only when a slow-call threshold needs it.
-	var start time.Time
-	if b.slow > 0 {
-		start = time.Now()
-	}
-	ok := false
-	defer func() {
-		if !ok { // fn panicked: a failure, then the panic goes on
-			b.record(g, errPanicked, 0)
+	ran := false
+	var err error
+	defer b.dispatch()
+	_, refused := b.cb.Execute(func() (struct{}, error) {
+		ran = true
+		if b.slow <= 0 {
+			err = fn()
+			return struct{}{}, b.verdict(err)
 		}
-	}()
-	err = fn()
-	ok = true
-	var took time.Duration
-	if b.slow > 0 {
-		took = time.Since(start)
+		// The clock is read only when a slow-call threshold needs it.
+		start := time.Now()
+		err = fn()
+		if err == nil && time.Since(start) > b.slow {
+			return struct{}{}, ErrSlowCall
+		}
+		return struct{}{}, b.verdict(err)
+	})
+	if !ran {
+		if refused == gobreaker.ErrOpenState {
+			return b.errOpen
+		}
+		return b.errProbes
 	}
-	b.record(g, err, took)
 	return err
 }
 
-// outcome is what a call says of the dependency.
-type outcome uint8
-
-const (
-	success outcome = iota
-	failure
-	ignored
-)
-
-func (b *Breaker) classify(err error, took time.Duration) outcome {
+// verdict is what gobreaker records of a call that ended with err: nil
+// (success), errIgnored, or a failure. It runs outside gobreaker's mutex,
+// so IsFailure may call back into the breaker.
+func (b *Breaker) verdict(err error) error {
 	switch {
 	case err == nil:
-		if b.slow > 0 && took > b.slow {
-			return failure
-		}
-		return success
-	case errors.Is(err, errIgnored):
-		return ignored
+		return nil
+	case err == errIgnored || errors.Is(err, errIgnored):
+		return errIgnored
 	case b.isFailure(err):
-		return failure
+		return err
 	case errors.Is(err, context.Canceled):
-		return ignored
+		return errIgnored
 	}
-	return success
-}
-
-// record counts the outcome of a call admitted in generation g.
-func (b *Breaker) record(g *generation, err error, took time.Duration) {
-	o := b.classify(err, took)
-	if b.cur.Load() != g {
-		return // the breaker moved on since the call began
-	}
-	if g.state == Closed && b.ratio == 0 {
-		// A run of failures: atomics only, no lock until it trips.
-		switch o {
-		case success:
-			if g.run.Load() != 0 {
-				g.run.Store(0)
-			}
-		case failure:
-			if g.run.Add(1) >= b.failures {
-				b.mu.Lock()
-				if b.cur.Load() == g {
-					b.setState(g, Open, time.Now())
-				}
-				b.mu.Unlock()
-			}
-		}
-	} else if o != ignored || g.state == HalfOpen {
-		b.mu.Lock()
-		if b.cur.Load() == g {
-			b.recordLocked(g, o)
-		}
-		b.mu.Unlock()
-	}
-	b.dispatch()
-}
-
-// recordLocked counts an outcome of the current generation g in the
-// window (closed, FailureRatio) or among the probes (half-open).
-func (b *Breaker) recordLocked(g *generation, o outcome) {
-	now := time.Now()
-	switch g.state {
-	case HalfOpen:
-		switch o {
-		case ignored:
-			g.excluded++
-		case failure:
-			b.setState(g, Open, now)
-		case success:
-			if g.successes++; g.successes >= b.probes {
-				b.setState(g, Closed, now)
-			}
-		}
-	case Closed:
-		slice := int64(now.Sub(g.start) / b.bucket)
-		w := &g.window[slice%windowBuckets]
-		if w.slice != slice {
-			*w = bucket{slice: slice}
-		}
-		w.requests++
-		if o != failure {
-			return
-		}
-		w.failures++
-		var requests, failures uint32
-		for _, w := range g.window {
-			if w.slice > slice-windowBuckets {
-				requests += w.requests
-				failures += w.failures
-			}
-		}
-		if requests >= b.minRequests && float64(failures) >= b.ratio*float64(requests) {
-			b.setState(g, Open, now)
-		}
-	}
+	return nil
 }
 
 // dispatch delivers queued transitions to OnStateChange and the
-// subscribers, outside b.mu. Without a queued transition it takes no lock.
+// subscribers, outside every lock. Without a queued transition it takes
+// no lock.
 func (b *Breaker) dispatch() {
 	if b.queued.Load() == 0 {
 		return

@@ -43,14 +43,49 @@ func mustNew(t *testing.T, s Settings) *Breaker {
 	return b
 }
 
-// call makes one call through b that ends with err after took.
+// call makes one call through b that ends with err after at least took.
+// It returns b's refusal, or nil when the call ran.
 func call(b *Breaker, err error, took time.Duration) error {
-	done, aerr := b.Allow()
-	if aerr != nil {
-		return aerr
+	ran := false
+	berr := b.Execute(func() error {
+		ran = true
+		if took > 0 {
+			time.Sleep(took)
+		}
+		return err
+	})
+	if ran {
+		return nil
 	}
-	done(err, took)
-	return nil
+	return berr
+}
+
+// begin starts a call through b on a goroutine of its own and returns once
+// b has admitted it (or refused it: then it returns the refusal). The call
+// runs until finish is called with the error it ends with; finish returns
+// when Execute has.
+func begin(t *testing.T, b *Breaker) (finish func(err error), refused error) {
+	t.Helper()
+	admitted := make(chan struct{})
+	outcome := make(chan error)
+	ended := make(chan error, 1)
+	go func() {
+		ended <- b.Execute(func() error {
+			close(admitted)
+			return <-outcome
+		})
+	}()
+	select {
+	case <-admitted:
+		return func(err error) {
+			outcome <- err
+			if got := <-ended; got != err {
+				t.Errorf("Execute returned %v, want fn's own %v", got, err)
+			}
+		}, nil
+	case err := <-ended:
+		return nil, err
+	}
 }
 
 func TestNew_rejectsNegativeDurations(t *testing.T) {
@@ -95,7 +130,7 @@ func TestNew_defaults(t *testing.T) {
 	}
 	// Slow calls do not count by default.
 	b2 := mustNew(t, Settings{Failures: 1})
-	_ = call(b2, nil, time.Hour)
+	_ = call(b2, nil, 20*time.Millisecond)
 	if b2.State() != Closed {
 		t.Fatal("a slow success opened a breaker without SlowCall")
 	}
@@ -143,9 +178,9 @@ func TestBreaker_halfOpenProbes(t *testing.T) {
 	b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout, HalfOpenProbes: 2})
 	_ = call(b, errDown, 0)
 	time.Sleep(openTimeout + 10*time.Millisecond) // half-open from then on, until the probes end
-	d1, err1 := b.Allow()
-	d2, err2 := b.Allow()
-	_, err3 := b.Allow()
+	d1, err1 := begin(t, b)
+	d2, err2 := begin(t, b)
+	_, err3 := begin(t, b)
 	if err1 != nil || err2 != nil {
 		t.Fatalf("probes refused: %v %v", err1, err2)
 	}
@@ -155,11 +190,11 @@ func TestBreaker_halfOpenProbes(t *testing.T) {
 	if b.State() != HalfOpen {
 		t.Fatalf("state %v, want half-open", b.State())
 	}
-	d1(nil, 0)
+	d1(nil)
 	if b.State() != HalfOpen {
 		t.Fatal("closed after one of two probes")
 	}
-	d2(nil, 0)
+	d2(nil)
 	if b.State() != Closed {
 		t.Fatalf("state %v after two good probes, want closed", b.State())
 	}
@@ -181,9 +216,13 @@ func TestBreaker_outcomes(t *testing.T) {
 		{"wrapped canceled", Settings{}, fmt.Errorf("get: %w", context.Canceled), 0, false},
 		{"deadline exceeded counts", Settings{}, context.DeadlineExceeded, 0, true},
 		{"ignore", Settings{}, Ignore, 0, false},
+		// A sleep only ever lasts longer than asked; a call that does not
+		// sleep stays under a minute however loaded the machine.
 		{"slow success", Settings{SlowCall: 10 * time.Millisecond}, nil, 20 * time.Millisecond, true},
-		{"fast success", Settings{SlowCall: 10 * time.Millisecond}, nil, 5 * time.Millisecond, false},
-		{"slow ignore", Settings{SlowCall: 10 * time.Millisecond}, Ignore, time.Second, false},
+		{"fast success", Settings{SlowCall: time.Minute}, nil, 0, false},
+		{"slow ignore", Settings{SlowCall: 10 * time.Millisecond}, Ignore, 20 * time.Millisecond, false},
+		{"wrapped ignore", Settings{}, fmt.Errorf("gave up: %w", Ignore), 0, false},
+		{"slow failure", Settings{SlowCall: 10 * time.Millisecond}, errDown, 20 * time.Millisecond, true},
 		{"IsFailure yes", Settings{IsFailure: func(err error) bool { return errors.Is(err, custom) }}, custom, 0, true},
 		{"IsFailure no", Settings{IsFailure: func(err error) bool { return errors.Is(err, custom) }}, harmless, 0, false},
 		{"IsFailure true for canceled", Settings{IsFailure: func(error) bool { return true }}, context.Canceled, 0, true},
@@ -219,9 +258,7 @@ func TestBreaker_callbackReentersBreaker_noDeadlock(t *testing.T) {
 	var mu sync.Mutex
 	b = mustNew(t, Settings{Failures: 1, OpenTimeout: 10 * time.Millisecond, OnStateChange: func(_ string, _, to State) {
 		s := b.State() // would deadlock if called under a lock
-		if done, err := b.Allow(); err == nil {
-			done(nil, 0)
-		}
+		_ = b.Execute(func() error { return nil })
 		mu.Lock()
 		states = append(states, to, s)
 		mu.Unlock()
@@ -285,9 +322,17 @@ func TestBreaker_concurrentCallbacksChainInOrder(t *testing.T) {
 }
 
 func TestBreaker_Execute(t *testing.T) {
-	b := mustNew(t, Settings{Failures: 1})
+	rec := &recorder{}
+	b := mustNew(t, Settings{Failures: 1, OpenTimeout: time.Hour, OnStateChange: rec.on})
 	if err := b.Execute(func() error { return nil }); err != nil {
 		t.Fatal(err)
+	}
+	// fn's own error comes back as it is, whatever it counts as.
+	for _, want := range []error{errDown, Ignore, context.Canceled} {
+		b := mustNew(t, Settings{Failures: 3})
+		if got := b.Execute(func() error { return want }); got != want {
+			t.Fatalf("Execute returned %v, want fn's %v", got, want)
+		}
 	}
 	func() {
 		defer func() {
@@ -297,6 +342,10 @@ func TestBreaker_Execute(t *testing.T) {
 		}()
 		_ = b.Execute(func() error { panic("boom") })
 	}()
+	// The transition is delivered before the panic leaves Execute.
+	if got := rec.String(); got != "closed>open" {
+		t.Fatalf("transitions after a panic %q, want closed>open", got)
+	}
 	if b.State() != Open {
 		t.Fatal("a panic did not count as a failure")
 	}
@@ -321,14 +370,12 @@ func TestBreaker_FailureRatio_tripsOnRateNotRun(t *testing.T) {
 	}
 	call := func(fail bool) {
 		t.Helper()
-		done, err := b.Allow()
-		if err != nil {
-			t.Fatalf("Allow() = %v while %v", err, b.State())
-		}
+		var err error
 		if fail {
-			done(errors.New("boom"), 0)
-		} else {
-			done(nil, 0)
+			err = errors.New("boom")
+		}
+		if err := call(b, err, 0); err != nil {
+			t.Fatalf("Execute() = %v while %v", err, b.State())
 		}
 	}
 	// Six failures in a row would open a breaker counting a run of five;
@@ -357,14 +404,12 @@ func TestBreaker_FailureRatio_staysClosedBelowRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 100 {
-		done, err := b.Allow()
-		if err != nil {
-			t.Fatalf("call %d: Allow() = %v", i, err)
-		}
+		var err error
 		if i%3 == 0 {
-			done(errors.New("boom"), 0) // a third fail
-		} else {
-			done(nil, 0)
+			err = errors.New("boom") // a third fail
+		}
+		if err := call(b, err, 0); err != nil {
+			t.Fatalf("call %d: Execute() = %v", i, err)
 		}
 	}
 	if b.State() != Closed {
@@ -381,12 +426,9 @@ func TestBreaker_Subscribe_everySubscriberHearsUntilItLeaves(t *testing.T) {
 	stopA := b.Subscribe(func(_ string, _, to State) { a = append(a, to) })
 	stopC := b.Subscribe(func(_ string, _, to State) { c = append(c, to) })
 	stopC()
-	done, err := b.Allow()
-	if err != nil {
+	if err := call(b, errors.New("boom"), 0); err != nil {
 		t.Fatal(err)
 	}
-	done(errors.New("boom"), 0)
-	_ = b.State()
 	stopA()
 	if len(a) != 1 || a[0] != Open || len(c) != 0 {
 		t.Fatalf("subscriber a heard %v, c (unsubscribed) heard %v; want [open] and []", a, c)
@@ -456,28 +498,28 @@ func TestBreaker_halfOpen_ignoredProbeFreesItsSlot(t *testing.T) {
 func TestBreaker_lateOutcomeOfAnOlderStateIsDropped(t *testing.T) {
 	const openTimeout = 20 * time.Millisecond
 	b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout})
-	late, err := b.Allow() // admitted while closed
+	late, err := begin(t, b) // admitted while closed
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = call(b, errDown, 0)
 	time.Sleep(openTimeout + 10*time.Millisecond)
-	probe, err := b.Allow()
+	probe, err := begin(t, b)
 	if err != nil {
 		t.Fatalf("probe refused: %v", err)
 	}
-	late(errDown, 0) // from before the breaker opened: says nothing now
+	late(errDown) // from before the breaker opened: says nothing now
 	if b.State() != HalfOpen {
 		t.Fatalf("state %v: a failure from the closed state reopened a half-open breaker", b.State())
 	}
-	probe(nil, 0)
+	probe(nil)
 	if b.State() != Closed {
 		t.Fatalf("state %v after a good probe, want closed", b.State())
 	}
 }
 
-// The hot paths allocate nothing: a closed breaker's Allow, done and
-// Execute, and an open breaker's refusal.
+// The hot paths allocate nothing: a closed breaker's Execute, with a
+// success, a failure or an ignored outcome, and an open breaker's refusal.
 func TestBreaker_noAllocations(t *testing.T) {
 	for _, s := range []Settings{{Name: "run"}, {Name: "ratio", FailureRatio: 0.5}, {Name: "slow", SlowCall: time.Hour}} {
 		b := mustNew(t, s)
@@ -486,7 +528,10 @@ func TestBreaker_noAllocations(t *testing.T) {
 			t.Errorf("%s: Execute allocates %v times per call, want 0", s.Name, n)
 		}
 		if n := testing.AllocsPerRun(100, func() { _ = call(b, nil, 0) }); n != 0 {
-			t.Errorf("%s: Allow and done allocate %v times per call, want 0", s.Name, n)
+			t.Errorf("%s: a call whose fn captures its variables allocates %v times, want 0", s.Name, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = call(b, Ignore, 0) }); n != 0 {
+			t.Errorf("%s: an ignored outcome allocates %v times per call, want 0", s.Name, n)
 		}
 		if n := testing.AllocsPerRun(100, func() { _ = call(b, errDown, 0); _ = call(b, nil, 0) }); n != 0 {
 			t.Errorf("%s: a failure allocates %v times per call, want 0", s.Name, n)
@@ -515,5 +560,52 @@ func TestBreaker_concurrentRunOpensOnce(t *testing.T) {
 	wg.Wait()
 	if got := rec.String(); got != "closed>open" || b.State() != Open {
 		t.Fatalf("transitions %q, state %v; want closed>open once, open", got, b.State())
+	}
+}
+
+// IsFailure is the user's code: it runs outside gobreaker's mutex, so it
+// may call back into the breaker.
+func TestBreaker_IsFailureReentersBreaker_noDeadlock(t *testing.T) {
+	var b *Breaker
+	var seen []State
+	b = mustNew(t, Settings{Failures: 1, OpenTimeout: time.Hour, IsFailure: func(err error) bool {
+		seen = append(seen, b.State())
+		return err != nil
+	}})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		_ = call(b, errDown, 0)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("deadlock: IsFailure calling back into the breaker")
+	}
+	if len(seen) != 1 || seen[0] != Closed || b.State() != Open {
+		t.Fatalf("IsFailure saw %v, state %v; want [closed], open", seen, b.State())
+	}
+}
+
+// A call's outcome counts in the window bucket of when the call began:
+// one that began before the window is dropped when it ends.
+func TestBreaker_FailureRatio_outcomeOfACallFromBeforeTheWindowIsDropped(t *testing.T) {
+	const window = 100 * time.Millisecond
+	b := mustNew(t, Settings{Name: "late", FailureRatio: 0.5, MinRequests: 2, Window: window, OpenTimeout: time.Minute})
+	late, err := begin(t, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A sleep only ever lasts longer than asked: the late call began
+	// before the window now.
+	time.Sleep(window + 2*window/windowBuckets)
+	_ = call(b, errDown, 0)
+	late(errDown)
+	if b.State() != Closed {
+		t.Fatalf("state = %v: a call from before the window counted toward MinRequests", b.State())
+	}
+	_ = call(b, errDown, 0)
+	if b.State() != Open {
+		t.Fatalf("state = %v at 2 failures of 2 in the window, want open", b.State())
 	}
 }

@@ -1,8 +1,10 @@
-// Package breaker is a circuit breaker with the two things a loader
-// breaker needs that common breakers leave out: a slow-call threshold (a
-// call that succeeds too slowly counts as a failure, as in resilience4j),
-// and state-change callbacks that run outside every lock, so a callback may
-// call back into the breaker without deadlocking.
+// Package breaker is a circuit breaker on github.com/sony/gobreaker/v2
+// with the things a loader breaker needs that gobreaker leaves to its
+// user: a slow-call threshold (a call that succeeds too slowly counts as a
+// failure, as in resilience4j), outcomes that count neither way (a caller
+// that gave up), a failure rate over a rolling window, and state-change
+// callbacks that run outside every lock, so a callback may call back into
+// the breaker without deadlocking.
 //
 // A [Breaker] is closed while calls succeed. After Settings.Failures
 // consecutive failures (or, with Settings.FailureRatio, a failure rate over
@@ -10,7 +12,11 @@
 // Settings.OpenTimeout. Then it lets Settings.HalfOpenProbes calls through;
 // if they succeed it closes again, and if one fails it opens again.
 //
-// The state machine is that of github.com/sony/gobreaker, with a closed
-// breaker's calls free of locks and allocations: a call through a closed
-// breaker costs a few atomic operations.
+// Calls go through [Breaker.Execute], which runs on gobreaker's Execute
+// and, like it, allocates nothing: the function it is given does not
+// escape. gobreaker holds its mutex while it admits a call and while it
+// records the outcome, never while the call runs; the breaker classifies
+// the outcome (Settings.IsFailure, SlowCall) before gobreaker sees it, and
+// gobreaker's own OnStateChange, which runs under that mutex, only queues
+// the transition for delivery after the call.
 package breaker

@@ -108,40 +108,42 @@ func (p *Pipeline[V]) attempt(ctx context.Context, key string, fn loader[V], n i
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanLoad, trace.WithAttributes(telemetry.Attempt.Int(n)))
 		defer sp.End()
 	}
-	var done func(error, time.Duration)
-	if p.br != nil {
-		d, err := p.br.Allow()
-		if sp != nil {
+	// The clock is read only for what needs the duration: a keyed load
+	// (stamped on its entry) or metrics. The breaker reads its own for a
+	// slow-call threshold.
+	timed := fn.do == nil || p.tel.Metering()
+	var v V
+	var took time.Duration
+	var err error
+	ran := false
+	run := func() error {
+		ran = true
+		if sp != nil && p.br != nil {
 			sp.SetAttributes(telemetry.BreakerState.String(p.br.State().String()))
 		}
-		if err != nil {
-			if sp != nil {
-				sp.AddEvent("breaker refused the call")
-			}
-			return zero, 0, err
+		var start time.Time
+		if timed {
+			start = time.Now()
 		}
-		done = d
-	}
-	// The clock is read only for what needs the duration: a keyed load
-	// (stamped on its entry), metrics, or a breaker's slow-call threshold.
-	timed := fn.do == nil || p.tel.Metering() || (p.br != nil && p.br.SlowCall() > 0)
-	var start time.Time
-	if timed {
-		start = time.Now()
-	}
-	v, err := p.runTimed(ctx, key, fn)
-	var took time.Duration
-	if timed {
-		took = time.Since(start)
-	}
-	if done != nil {
+		v, err = p.runTimed(ctx, key, fn)
+		if timed {
+			took = time.Since(start)
+		}
 		if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
 			// The flight's or the caller's own deadline, not the loader's
 			// fault: it counts neither way.
-			done(breaker.Ignore, took)
-		} else {
-			done(err, took)
+			return breaker.Ignore
 		}
+		return err
+	}
+	if p.br == nil {
+		_ = run()
+	} else if refused := p.br.Execute(run); !ran {
+		if sp != nil {
+			sp.SetAttributes(telemetry.BreakerState.String(p.br.State().String()))
+			sp.AddEvent("breaker refused the call")
+		}
+		return zero, 0, refused
 	}
 	p.stats.loads.Add(1)
 	if p.tel.Metering() {

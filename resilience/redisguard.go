@@ -31,23 +31,25 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 	if g == nil {
 		return op(ctx)
 	}
-	var zero T
-	done, err := g.br.Allow()
-	if err != nil {
-		return zero, err
-	}
-	// The timeout travels with the command into its batch (see batcher),
-	// which starts counting it when the round trip does.
-	start := time.Now()
-	v, err := op(context.WithValue(ctx, budgetKey{}, &g.opTimeout))
-	took := time.Since(start)
-	switch classify(ctx, err) {
-	case errInfra:
-		done(err, took)
-	case errCanceled:
-		done(breaker.Ignore, took)
-	default: // a reply: Redis answered
-		done(nil, took)
+	var v T
+	var err error
+	ran := false
+	refused := g.br.Execute(func() error {
+		ran = true
+		// The timeout travels with the command into its batch (see
+		// batcher), which starts counting it when the round trip does.
+		v, err = op(context.WithValue(ctx, budgetKey{}, &g.opTimeout))
+		switch classify(ctx, err) {
+		case errInfra:
+			return err
+		case errCanceled:
+			return breaker.Ignore
+		}
+		return nil // a reply: Redis answered
+	})
+	if !ran {
+		var zero T
+		return zero, refused
 	}
 	return v, err
 }

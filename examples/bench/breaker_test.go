@@ -65,8 +65,9 @@ func BenchmarkDoBreaker(b *testing.B) {
 }
 
 // breakers are the contenders of a bare breaker around a call that
-// succeeds: the breaker package's Execute beside gobreaker's. loop is the
-// timed loop, serial or parallel.
+// succeeds: the breaker package's Execute beside gobreaker's own, which
+// it wraps, so the ratio is the wrapper's cost. loop is the timed loop,
+// serial or parallel.
 func breakers(loop func(b *testing.B, call func() error)) []contender {
 	ctx := context.Background()
 	return []contender{
@@ -99,9 +100,8 @@ func BenchmarkBreaker(b *testing.B) {
 	}))
 }
 
-// BenchmarkBreakerParallel is BenchmarkBreaker from every P at once:
-// gobreaker takes its mutex twice a call; a closed breaker of the breaker
-// package takes none.
+// BenchmarkBreakerParallel is BenchmarkBreaker from every P at once. Both
+// take gobreaker's mutex twice a call: the breaker package runs on it.
 func BenchmarkBreakerParallel(b *testing.B) {
 	runContenders(b, breakers(func(b *testing.B, call func() error) {
 		b.ReportAllocs()

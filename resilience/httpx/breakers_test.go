@@ -1,6 +1,7 @@
 package httpx_test
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"net/http"
@@ -134,4 +135,44 @@ func TestTransport_Breakers(t *testing.T) {
 			t.Errorf("Breakers of a client without an httpx transport = %v, want nil", got)
 		}
 	}
+}
+
+// TestTransport_callerDeadlineDoesNotCount: an attempt cut short by the
+// caller's own deadline says nothing about the host; an attempt that
+// outlives AttemptTimeout does.
+func TestTransport_callerDeadlineDoesNotCount(t *testing.T) {
+	u := newUpstream(t, reply{status: 200, delay: time.Hour}) // answers when the request ends
+	o := fast()
+	o.MaxAttempts = 1
+	o.AttemptTimeout = time.Hour
+	o.Breaker = breaker.Settings{Failures: 1, OpenTimeout: time.Hour}
+	c, ht, tr := newClient(t, o)
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.URL, nil)
+		resp, err := c.Do(req)
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			t.Fatal("a request past its caller's deadline succeeded")
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the caller's context.DeadlineExceeded", err)
+		}
+	}
+	if s := ht.BreakerState(u.host()); s != breaker.Closed {
+		t.Fatalf("breaker = %v after two caller deadlines, want closed", s)
+	}
+
+	// The same wait, cut short by the attempt timeout: a failure.
+	o.AttemptTimeout = 20 * time.Millisecond
+	c2, ht2, tr2 := newClient(t, o)
+	if _, err := c2.Get(u.URL); err == nil {
+		t.Fatal("an attempt past AttemptTimeout succeeded")
+	}
+	if s := ht2.BreakerState(u.host()); s != breaker.Open {
+		t.Fatalf("breaker = %v after an attempt timeout, want open", s)
+	}
+	tr.checkClosed(t)
+	tr2.checkClosed(t)
 }

@@ -60,33 +60,38 @@ func (t *Transport) exchange(req *http.Request) (*http.Response, error) {
 // AttemptTimeout. The returned body cancels the attempt's context when
 // closed.
 func (t *Transport) attempt(br *breaker.Breaker, req *http.Request) (*http.Response, error) {
-	done, err := br.Allow()
-	if err != nil {
-		closeBody(req.Body) // never sent: RoundTrip must still close it
-		return nil, fmt.Errorf("httpx: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), t.o.AttemptTimeout)
-	start := t.now()
-	resp, err := t.next.RoundTrip(req.WithContext(ctx))
-	took := t.now().Sub(start)
-	if err != nil {
-		cancel()
-		switch {
-		case req.Context().Err() != nil:
-			// The caller's own context ended: that says nothing about
-			// the host, so the attempt counts neither way.
-			done(breaker.Ignore, took)
-			return nil, err
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			err = &timeoutError{after: t.o.AttemptTimeout, cause: err}
+	var resp *http.Response
+	var err error
+	var cancel context.CancelFunc
+	ran := false
+	refused := br.Execute(func() error {
+		ran = true
+		var ctx context.Context
+		ctx, cancel = context.WithTimeout(req.Context(), t.o.AttemptTimeout)
+		resp, err = t.next.RoundTrip(req.WithContext(ctx))
+		if err != nil {
+			cancel()
+			switch {
+			case req.Context().Err() != nil:
+				// The caller's own context ended: that says nothing
+				// about the host, so the attempt counts neither way.
+				return breaker.Ignore
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				err = &timeoutError{after: t.o.AttemptTimeout, cause: err}
+			}
+			return err
 		}
-		done(err, took)
-		return nil, err
+		if failedStatus(resp.StatusCode) { // 5xx and 429: the host is unwell
+			return statusError(resp)
+		}
+		return nil
+	})
+	if !ran {
+		closeBody(req.Body) // never sent: RoundTrip must still close it
+		return nil, fmt.Errorf("httpx: %w", refused)
 	}
-	if failedStatus(resp.StatusCode) { // 5xx and 429: the host is unwell
-		done(statusError(resp), took)
-	} else {
-		done(nil, took)
+	if err != nil {
+		return nil, err
 	}
 	if resp.Body == nil {
 		resp.Body = http.NoBody
