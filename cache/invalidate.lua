@@ -24,29 +24,9 @@
 --   - an unlocked write (fence 0), refused below any fenced entry while
 --     the tombstone lives.
 
-local MAX = 9007199254740991
-local function fence_of(v)
-  local n = tonumber(v)
-  if n and n > 0 and n <= MAX and n == math.floor(n) then
-    return n
-  end
-  return 0
-end
+-- write_fence comes from the prelude (internal/rkey/fence.lua).
 
-local clock = redis.call('TIME')
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local stored = 0
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'hash' then
-  stored = fence_of(redis.call('HGET', KEYS[1], ARGV[2]))
-end
-local granted = 0
-local lock_kind = redis.call('TYPE', KEYS[2])['ok']
-if lock_kind == 'hash' then
-  granted = fence_of(redis.call('HGET', KEYS[2], 'f'))
-end
-local fence = math.max(now_us, fence_of(redis.pcall('GET', KEYS[3])) + 1, granted + 1, stored + 1)
-local f = string.format('%d', fence)
+local f, kind, lock_kind = write_fence(KEYS[1], ARGV[2], KEYS[2], KEYS[3])
 
 redis.call('SET', KEYS[3], f, 'PX', ARGV[3])
 if lock_kind ~= 'none' then

@@ -19,8 +19,8 @@ var (
 	//go:embed invalidate.lua
 	invalidateSource string
 
-	writeScript      = redis.NewScript(writeSource)
-	invalidateScript = redis.NewScript(invalidateSource)
+	writeScript      = redis.NewScript(rkey.FenceLua + writeSource)
+	invalidateScript = redis.NewScript(rkey.FenceLua + invalidateSource)
 )
 
 // WriteOptions configures [Redis.Write] and [Redis.Invalidate].

@@ -26,28 +26,9 @@
 -- wakes the waiters, who find this value. Every command that can fail runs
 -- before the first write.
 
-local MAX = 9007199254740991
-local function fence_of(v)
-  local n = tonumber(v)
-  if n and n > 0 and n <= MAX and n == math.floor(n) then
-    return n
-  end
-  return 0
-end
+-- write_fence comes from the prelude (internal/rkey/fence.lua).
 
-local clock = redis.call('TIME')
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local stored = 0
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'hash' then
-  stored = fence_of(redis.call('HGET', KEYS[1], ARGV[3]))
-end
-local granted = 0
-if redis.call('TYPE', KEYS[2])['ok'] == 'hash' then
-  granted = fence_of(redis.call('HGET', KEYS[2], 'f'))
-end
-local fence = math.max(now_us, fence_of(redis.pcall('GET', KEYS[3])) + 1, granted + 1, stored + 1)
-local f = string.format('%d', fence)
+local f, kind = write_fence(KEYS[1], ARGV[3], KEYS[2], KEYS[3])
 
 redis.call('SET', KEYS[3], f, 'PX', ARGV[7])
 if kind ~= 'none' then

@@ -39,17 +39,9 @@
 -- ignored. Every command that can fail runs before the first write, so an
 -- error never leaves a lock behind (Redis does not roll scripts back).
 
-local MAX = 9007199254740991
-local function fence_of(v)
-  local n = tonumber(v)
-  if n and n > 0 and n <= MAX and n == math.floor(n) then
-    return n
-  end
-  return 0
-end
+-- MAX, fence_of and server_us come from the prelude (internal/rkey/fence.lua).
 
-local clock = redis.call('TIME')
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local now_us = server_us()
 local now_ms = math.floor(now_us / 1000)
 
 local data = false

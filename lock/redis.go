@@ -77,7 +77,7 @@ var (
 	//go:embed extend.lua
 	extendSource string
 
-	acquireScript = redis.NewScript(acquireSource)
+	acquireScript = redis.NewScript(rkey.FenceLua + acquireSource)
 	releaseScript = redis.NewScript(releaseSource)
 	extendScript  = redis.NewScript(extendSource)
 )

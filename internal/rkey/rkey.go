@@ -19,6 +19,7 @@
 package rkey
 
 import (
+	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -93,3 +94,11 @@ func (s Space) Fence(key string) string { return s.Base(key) + ":fence" }
 
 // Channel returns the announcement channel of the namespace.
 func (s Space) Channel() string { return s.prefix + "{" + s.ns + "}:announce" }
+
+// FenceLua is the Lua prelude of the scripts that hand out fences (lock
+// grants in package lock, writes and tombstones in package cache): what a
+// fence is, the server's clock, and a write's fence. Each such script is
+// this prelude followed by its own body.
+//
+//go:embed fence.lua
+var FenceLua string
