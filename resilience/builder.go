@@ -421,3 +421,18 @@ func (b *Builder[V]) MeterProvider(mp metric.MeterProvider) *Builder[V] {
 	b.c.telemetry.MeterProvider = mp
 	return b
 }
+
+// Clone makes every value handed to a caller (by Get, GetResult, Peek,
+// Refresh) a copy made by clone, and Set store a copy of its value, so
+// that callers may change what they get. Without it, values are shared:
+// every caller of a key gets the value the cache holds, and must not
+// change a map, slice or pointer in it. clone runs on every call, L1 hits
+// included; it must not panic.
+// default: none (values are shared)
+func (b *Builder[V]) Clone(clone func(V) V) *Builder[V] {
+	if clone == nil {
+		return b.fail("Clone", "must not be nil")
+	}
+	b.c.clone = clone
+	return b
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -152,4 +153,44 @@ func classifyReply(err error) errClass {
 		return errData
 	}
 	return errInfra
+}
+
+func wrongCall(name, why string) error {
+	return &wrongCallError{name: name, why: why}
+}
+
+type wrongCallError struct{ name, why string }
+
+func (e *wrongCallError) Error() string { return "resilience: pipeline " + quote(e.name) + " " + e.why }
+
+func (e *wrongCallError) Unwrap() error { return ErrWrongCall }
+
+func quote(s string) string { return "\"" + s + "\"" }
+
+// KeyErrors are errors of single keys: what a [LoadManyFunc] returns to
+// fail some keys of its call, and what [Pipeline.GetMany] returns for the
+// keys that got neither a value, a not-found nor a fallback. errors.Is and
+// errors.As look into each key's error.
+type KeyErrors map[string]error
+
+func (e KeyErrors) Error() string {
+	keys := make([]string, 0, len(e))
+	for k := range e {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	// Keys may be secrets: the message names none.
+	if len(keys) == 0 {
+		return "resilience: no key failed"
+	}
+	return fmt.Sprintf("resilience: %d key(s) failed, the first: %v", len(keys), e[keys[0]])
+}
+
+// Unwrap returns each key's error.
+func (e KeyErrors) Unwrap() []error {
+	out := make([]error, 0, len(e))
+	for _, err := range e {
+		out = append(out, err)
+	}
+	return out
 }

@@ -3,8 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,46 +128,6 @@ func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]
 	return nil
 }
 
-func wrongCall(name, why string) error {
-	return &wrongCallError{name: name, why: why}
-}
-
-type wrongCallError struct{ name, why string }
-
-func (e *wrongCallError) Error() string { return "resilience: pipeline " + quote(e.name) + " " + e.why }
-func (e *wrongCallError) Unwrap() error { return ErrWrongCall }
-
-func quote(s string) string { return "\"" + s + "\"" }
-
-// lookup is a call's one L1 read (a pipeline without L1 always misses).
-// It reports done when the fresh entry it found answers the call with
-// nothing more to record than a count: no span, since tracing is off or
-// the caller's span is not sampled (see [telemetry.Config.HitSpans]).
-// Otherwise [Pipeline.call] goes on from what it found. It allocates
-// nothing on a hit.
-func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) (cache.Hit[V], cache.Freshness, bool) {
-	if p.l1 == nil {
-		return cache.Hit[V]{}, cache.Miss, false
-	}
-	h, f := p.l1.Find(key)
-	if f != cache.Fresh {
-		return h, f, false
-	}
-	if p.beta > 0 && p.refreshEarly(h) {
-		p.refreshAsync(ctx, key, load, h.Written())
-	}
-	if !p.tel.Off() {
-		if p.tel.Tracing() && p.tel.HitSpans(ctx) {
-			return h, f, false
-		}
-		if p.tel.Metering() {
-			p.counts().add(ctx, SourceL1, false)
-		}
-	}
-	p.stats.l1Hit()
-	return h, f, true
-}
-
 // call is the rest of a call, from what L1 held for key: a span for the
 // call and one for each stage that runs, when tracing is on (the L1 span
 // records the lookup just made), then the shared load and the fallbacks.
@@ -287,18 +245,6 @@ func fromHit[V any](h cache.Hit[V]) (Result[V], error) {
 	return Result[V]{Value: h.Value(), Source: SourceL1}, nil
 }
 
-// refreshEarly decides, XFetch style, whether a fresh entry should be
-// reloaded now: with probability rising as expiry nears, and earlier for
-// values that took long to load.
-func (p *Pipeline[V]) refreshEarly(h cache.Hit[V]) bool {
-	took := h.LoadDuration()
-	if took <= 0 {
-		return false
-	}
-	gap := float64(took) * p.beta * -math.Log(1-rand.Float64())
-	return gap > float64(h.FreshFor())
-}
-
 // Close stops the pipeline's background work (shared loads still under way,
 // refreshes, the Redis subscription) and waits for it, and for calls that
 // are loading; FlightTimeout bounds the wait. Every Close, concurrent ones
@@ -316,4 +262,73 @@ func (p *Pipeline[V]) Close() error {
 		p.closeErr = errors.Join(errs...)
 	})
 	return p.closeErr
+}
+
+// miss handles a call the in-process cache could not answer: one shared
+// load per key, then the fallback chain for whoever it failed. stale is
+// what L1 held for key, if anything (hasStale).
+func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], stale cache.Entry[V], hasStale bool) (Result[V], error) {
+	if hasStale && p.swr {
+		// Serve the stale copy now; one refresh runs in the background.
+		p.refreshAsync(ctx, key, load, stale.Written)
+		return Result[V]{Value: stale.Value, Source: SourceStale}, nil
+	}
+	hint := hasStale && p.l2Fresh(&stale)
+	var o *outcome[V]
+	var err error
+	if p.group == nil {
+		o = &outcome[V]{}
+		err = p.fetchAlone(ctx, key, load, o, hint)
+	} else {
+		o, err = p.joinFlight(ctx, key, load, hint)
+		if o == nil { // the caller left: its own context ended
+			return Result[V]{}, err
+		}
+	}
+	if err == nil || o.res.NotFound {
+		return o.res, err
+	}
+	if ctx.Err() != nil {
+		return Result[V]{FailedOpen: o.res.FailedOpen, FailOpenCause: o.res.FailOpenCause}, err
+	}
+	if !hasStale && o.hasStale {
+		stale, hasStale = o.stale, true
+	}
+	if stale.NotFound {
+		hasStale = false
+	}
+	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen)
+	r.FailOpenCause = o.res.FailOpenCause
+	return r, err
+}
+
+// outcome is what a shared load hands every caller that joined it.
+type outcome[V any] struct {
+	res      Result[V]
+	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
+	hasStale bool
+	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
+	// refresh is set for a background refresh: a fresh entry serves it
+	// only if written after after, the write time of the entry that
+	// triggered it (a refresh by another process, say).
+	refresh bool
+	after   time.Time
+	// gen is the write generation when the load began: its L1 fill is
+	// skipped if key was written or dropped since (see write.go).
+	gen uint64
+}
+
+// accepts reports whether e, found with freshness f, answers the load o
+// is for.
+func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
+	return f == cache.Fresh && (!o.refresh || e.Written.After(o.after))
+}
+
+// failOpen marks the outcome as having gone on without Redis because of
+// err.
+func (o *outcome[V]) failOpen(err error) {
+	o.res.FailedOpen = true
+	if o.res.FailOpenCause == nil {
+		o.res.FailOpenCause = err
+	}
 }
