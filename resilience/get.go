@@ -1,3 +1,22 @@
+// A call, file by file, in the order it meets them:
+//
+//	get.go       Get, GetResult: the checks, the call, a miss
+//	l1.go        the in-process cache (L1): lookup, fill
+//	refresh.go   early refresh of a hot key, background refresh, Refresh
+//	flight.go    the local single-flight: join a key's load, or lead it
+//	fetch.go     the leader's look (L1 again, then Redis), then the rest
+//	l2.go        the Redis cache (L2): reads, the look with the lock, the write-back
+//	lock.go      the distributed lock: hold and load, or wait for the holder
+//	loader.go    the loader call: breaker, timeout, SetTTL (retry.go: retry)
+//	fallback.go  the fallback chain: stale copy, default, error
+//	result.go    what a call returns
+//	errors.go    every error type and how errors are classified
+//
+// Around them: redisguard.go (the Redis breaker, wiring), redisbatch.go
+// (Redis commands sent in batches), builder.go and build.go (Builder, Build),
+// many.go (GetMany), do.go (Do), write.go (Set, Invalidate), peek.go,
+// stats.go, health.go, logs.go.
+
 package resilience
 
 import (
