@@ -12,6 +12,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -51,7 +52,7 @@ const (
 	// operations of the last 10 seconds failed, from 20 operations on.
 	DefaultRedisFailureRatio = 0.5
 	// DefaultPrefix prefixes every Redis key.
-	DefaultPrefix = "hg:"
+	DefaultPrefix = rkey.DefaultPrefix
 )
 
 // LockSettings configures the distributed lock. Zero fields take defaults.

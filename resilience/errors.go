@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/timeout"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -66,8 +68,14 @@ func (e *PanicError) Error() string {
 // [*PanicError] in *err.
 func recoverPanic(stage string, err *error) {
 	if v := recover(); v != nil {
-		*err = &PanicError{Stage: stage, Value: v, Stack: debug.Stack()}
+		*err = panicked(stage, v)
 	}
+}
+
+// panicked is the [*PanicError] of a panic of the named stage, with the
+// stack of the goroutine that recovered it.
+func panicked(stage string, v any) *PanicError {
+	return &PanicError{Stage: stage, Value: v, Stack: debug.Stack()}
 }
 
 // Unwrap returns the panic value if it is an error.
@@ -78,18 +86,11 @@ func (e *PanicError) Unwrap() error {
 	return nil
 }
 
-// timeoutError is an attempt or call that ran out of its own deadline.
-type timeoutError struct {
-	what  string // "loader attempt" or "call"
-	after string
-	cause error
+// timedOut is an attempt or call (what: "loader attempt" or "call") that
+// ran out of its own deadline, after: it matches [ErrTimeout] and cause.
+func timedOut(what string, after time.Duration, cause error) error {
+	return &timeout.Error{What: "resilience: " + what, After: after, Kind: ErrTimeout, Cause: cause}
 }
-
-func (e *timeoutError) Error() string {
-	return fmt.Sprintf("resilience: %s timed out after %s", e.what, e.after)
-}
-
-func (e *timeoutError) Unwrap() []error { return []error{ErrTimeout, e.cause} }
 
 // errClass is what an error means to the pipeline; [classify] decides it,
 // in one place, for every error a stage meets.

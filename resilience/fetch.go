@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"time"
 
 	"github.com/herdguard/herdguard/cache"
@@ -62,9 +61,10 @@ func (p *Pipeline[V]) fetchInto(ctx context.Context, key string, load LoadFunc[V
 // err; otherwise pd holds what the rest of the miss needs. A panic of user
 // code that escaped its own stage's recovery becomes a [*PanicError].
 func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], hint bool) (pd pending[V], finished bool, err error) {
+	// Not recoverPanic: a panic must also finish the look and drop pd.
 	defer func() {
 		if v := recover(); v != nil {
-			pd, finished, err = pending[V]{}, true, &PanicError{Stage: "pipeline", Value: v, Stack: debug.Stack()}
+			pd, finished, err = pending[V]{}, true, panicked("pipeline", v)
 		}
 	}()
 	// Writes (Set, Invalidate) from now on keep this load's value out of

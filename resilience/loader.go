@@ -189,12 +189,12 @@ func (p *Pipeline[V]) runTimed(ctx context.Context, key string, fn loader[V]) (V
 			a.cancel(err)
 			return zero, err
 		}
-		return zero, &timeoutError{what: "loader attempt", after: p.timeout.String(), cause: context.DeadlineExceeded}
+		return zero, timedOut("loader attempt", p.timeout, context.DeadlineExceeded)
 	}
 	expired := a.Err() == context.DeadlineExceeded
 	a.cancel(context.Canceled)
 	if a.err != nil && expired && ctx.Err() == nil {
-		return a.v, &timeoutError{what: "loader attempt", after: p.timeout.String(), cause: a.err}
+		return a.v, timedOut("loader attempt", p.timeout, a.err)
 	}
 	return a.v, a.err
 }

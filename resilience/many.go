@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -372,9 +371,11 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 		// out of L1.
 		outs[k] = &keyOut[V]{o: &outcome[V]{gen: p.writes.gens.stamp()}}
 	}
+	// Not recoverPanic: the panic is the error of every key not yet
+	// answered, not one return value.
 	defer func() {
 		if v := recover(); v != nil {
-			pe := &PanicError{Stage: "pipeline", Value: v, Stack: debug.Stack()}
+			pe := panicked("pipeline", v)
 			for _, out := range outs {
 				if !out.set {
 					out.err, out.set = pe, true
