@@ -17,7 +17,9 @@ import (
 )
 
 // Defaults of the builder. Each applies when the matching builder method is
-// not called, or is called with a zero value.
+// not called (the methods refuse zero and negative durations and counts,
+// save Jitter(0), which turns jitter off), or to a zero field of
+// [LockSettings], [RedisOptions] or [RetrySettings].
 const (
 	// DefaultMaxEntries bounds the in-process cache.
 	DefaultMaxEntries = cache.DefaultMaxEntries
