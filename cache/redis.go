@@ -270,14 +270,14 @@ func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string
 			return false, fmt.Errorf("cache: set %q: %w", key, err)
 		}
 	}
-	ms := (ttl + time.Millisecond - 1) / time.Millisecond // round up: never 0
+	ms := rkey.Millis(ttl)
 	channel := ""
 	if release {
 		channel = r.keys.Channel()
 	}
 	n, err := setScript.Run(ctx, r.client,
 		[]string{r.keys.Value(key), r.keys.Lock(key)},
-		strconv.FormatInt(e.Fence, 10), r.seal(key, encodeEnvelope(env)), int64(ms),
+		strconv.FormatInt(e.Fence, 10), r.seal(key, encodeEnvelope(env)), ms,
 		rkey.FieldFence, rkey.FieldData, token,
 		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key,
 	).Int()

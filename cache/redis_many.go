@@ -166,13 +166,13 @@ func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) (
 			return nil, fmt.Errorf("cache: set %q: %w", key, err)
 		}
 	}
-	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	ms := rkey.Millis(ttl)
 	channel := ""
 	if release {
 		channel = r.keys.Channel()
 	}
 	return []any{2, r.keys.Value(key), r.keys.Lock(key),
-		strconv.FormatInt(e.Fence, 10), encodeEnvelope(env), int64(ms),
+		strconv.FormatInt(e.Fence, 10), encodeEnvelope(env), ms,
 		rkey.FieldFence, rkey.FieldData, token,
 		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key}, nil
 }

@@ -79,8 +79,8 @@ func (r *Redis[V]) Write(ctx context.Context, key string, e Entry[V], o WriteOpt
 	}
 	s, err := writeScript.Run(ctx, r.client,
 		[]string{r.keys.Value(key), r.keys.Lock(key), r.keys.Fence(key)},
-		encodeEnvelope(env), millis(ttl), rkey.FieldFence, rkey.FieldData, rkey.FieldExpires,
-		e.Expires.UnixMilli(), millis(o.FenceRetention), r.keys.Channel(),
+		encodeEnvelope(env), rkey.Millis(ttl), rkey.FieldFence, rkey.FieldData, rkey.FieldExpires,
+		e.Expires.UnixMilli(), rkey.Millis(o.FenceRetention), r.keys.Channel(),
 		rkey.Announcement(rkey.KindSet, o.Origin, key),
 	).Text()
 	if err != nil {
@@ -104,18 +104,13 @@ func (r *Redis[V]) Invalidate(ctx context.Context, key string, o WriteOptions) (
 	}
 	s, err := invalidateScript.Run(ctx, r.client,
 		[]string{r.keys.Value(key), r.keys.Lock(key), r.keys.Fence(key)},
-		millis(o.Hold), rkey.FieldFence, millis(o.FenceRetention), r.keys.Channel(),
+		rkey.Millis(o.Hold), rkey.FieldFence, rkey.Millis(o.FenceRetention), r.keys.Channel(),
 		rkey.Announcement(rkey.KindInvalidate, o.Origin, key),
 	).Text()
 	if err != nil {
 		return 0, fmt.Errorf("cache: invalidate %q: %w", key, err)
 	}
 	return parseFence("invalidate", key, s)
-}
-
-// millis rounds d up to whole milliseconds, never 0.
-func millis(d time.Duration) int64 {
-	return int64(max((d+time.Millisecond-1)/time.Millisecond, 1))
 }
 
 func parseFence(op, key, s string) (int64, error) {

@@ -95,3 +95,10 @@ func TestMemoryNotifier_deliversToSubscribers(t *testing.T) {
 		t.Fatal("subscription not removed")
 	}
 }
+
+// subscribers returns how many subscriptions key has.
+func (f *fanout) subscribers(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subs[key])
+}

@@ -112,13 +112,6 @@ func (f *fanout) deliver(key string) {
 	}
 }
 
-// subscribers returns how many subscriptions key has.
-func (f *fanout) subscribers(key string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.subs[key])
-}
-
 // MemoryNotifier is a [Notifier] within one process. The zero value is ready
 // to use.
 type MemoryNotifier struct{ f fanout }

@@ -201,7 +201,7 @@ func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, no
 	beat := min(r.heartbeat, lease/3)
 	reply, err := acquireScript.Run(ctx, r.client,
 		[]string{r.keys.Lock(key), r.keys.Fence(key), r.keys.Value(key)},
-		tok, millis(lease), millis(lease+r.retention), rkey.FieldFence, millis(2*beat),
+		tok, rkey.Millis(lease), rkey.Millis(lease+r.retention), rkey.FieldFence, rkey.Millis(2*beat),
 		now, rkey.FieldData, rkey.FieldExpires,
 	).Slice()
 	var fence, how int64
@@ -282,7 +282,7 @@ func (r *Redis) release(ctx context.Context, key, token string) error {
 func (r *Redis) extend(ctx context.Context, key, token string, lease time.Duration) error {
 	n, err := extendScript.Run(ctx, r.client,
 		[]string{r.keys.Lock(key), r.keys.Fence(key)},
-		token, millis(lease), millis(lease+r.retention),
+		token, rkey.Millis(lease), rkey.Millis(lease+r.retention),
 	).Int64()
 	if err != nil {
 		return failure(ctx, "extend", key, err)
@@ -313,10 +313,4 @@ func failure(ctx context.Context, op, key string, err error) error {
 func isReply(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
-}
-
-// millis rounds d up to whole milliseconds, so a positive lease never
-// becomes 0 (which Redis refuses).
-func millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

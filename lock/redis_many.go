@@ -58,7 +58,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 	for i, k := range keys {
 		toks[i] = newToken()
 		args[i] = []any{3, r.keys.Lock(k), r.keys.Fence(k), r.keys.Value(k),
-			toks[i], millis(lease), millis(lease + r.retention), rkey.FieldFence, millis(2 * beat),
+			toks[i], rkey.Millis(lease), rkey.Millis(lease + r.retention), rkey.FieldFence, rkey.Millis(2 * beat),
 			ms, rkey.FieldData, rkey.FieldExpires}
 	}
 	cmds, berr := runScripts(ctx, r.client, acquireScript, args)
@@ -163,7 +163,7 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 	}
 	args := make([][]any, len(leases))
 	for i, l := range leases {
-		args[i] = []any{2, r.keys.Lock(l.key), r.keys.Fence(l.key), l.token, millis(l.ttl), millis(l.ttl + r.retention)}
+		args[i] = []any{2, r.keys.Lock(l.key), r.keys.Fence(l.key), l.token, rkey.Millis(l.ttl), rkey.Millis(l.ttl + r.retention)}
 	}
 	cmds, err := runScripts(ctx, r.client, extendScript, args)
 	if err != nil {

@@ -39,8 +39,11 @@ const modulePath = "github.com/herdguard/herdguard"
 // scope is the instrumentation scope: the instrumenting package's path.
 const scope = "github.com/herdguard/herdguard/resilience"
 
-// Build checks the configuration and returns the pipeline. Every problem is
-// reported, each as a [*ConfigError] saying what to change.
+// Build checks the configuration and returns the pipeline. The problems of
+// the settings are reported together (joined), each as a [*ConfigError]
+// saying what to change; a setting that package breaker, cache or lock
+// then refuses comes alone, also as a [*ConfigError]. An error creating
+// the metric instruments from the MeterProvider is returned as it is.
 func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	c := b.c
 	errs := c.errs

@@ -12,11 +12,14 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
 // Defaults of the builder. Each applies when the matching builder method is
-// not called, or is called with a zero value.
+// not called (the methods refuse zero and negative durations and counts,
+// save Jitter(0), which turns jitter off), or to a zero field of
+// [LockSettings], [RedisOptions] or [RetrySettings].
 const (
 	// DefaultMaxEntries bounds the in-process cache.
 	DefaultMaxEntries = cache.DefaultMaxEntries
@@ -51,7 +54,7 @@ const (
 	// operations of the last 10 seconds failed, from 20 operations on.
 	DefaultRedisFailureRatio = 0.5
 	// DefaultPrefix prefixes every Redis key.
-	DefaultPrefix = "hg:"
+	DefaultPrefix = rkey.DefaultPrefix
 )
 
 // LockSettings configures the distributed lock. Zero fields take defaults.
@@ -419,5 +422,20 @@ func (b *Builder[V]) TracerProvider(tp trace.TracerProvider) *Builder[V] {
 // default: otel.GetMeterProvider()
 func (b *Builder[V]) MeterProvider(mp metric.MeterProvider) *Builder[V] {
 	b.c.telemetry.MeterProvider = mp
+	return b
+}
+
+// Clone makes every value handed to a caller (by Get, GetResult, Peek,
+// Refresh) a copy made by clone, and Set store a copy of its value, so
+// that callers may change what they get. Without it, values are shared:
+// every caller of a key gets the value the cache holds, and must not
+// change a map, slice or pointer in it. clone runs on every call, L1 hits
+// included; it must not panic.
+// default: none (values are shared)
+func (b *Builder[V]) Clone(clone func(V) V) *Builder[V] {
+	if clone == nil {
+		return b.fail("Clone", "must not be nil")
+	}
+	b.c.clone = clone
 	return b
 }

@@ -53,7 +53,7 @@ func (p *Pipeline[V]) DoResult(ctx context.Context, fn DoFunc[V]) (Result[V], er
 		// The caller gave up: no fallback, its own error.
 	default:
 		if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
-			err = &timeoutError{what: "call", after: p.callTimeout.String(), cause: err}
+			err = timedOut("call", p.callTimeout, err)
 		}
 		r, err = p.fallBack(parent, "", err, r.Value, false, false)
 	}

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/timeout"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -65,8 +68,14 @@ func (e *PanicError) Error() string {
 // [*PanicError] in *err.
 func recoverPanic(stage string, err *error) {
 	if v := recover(); v != nil {
-		*err = &PanicError{Stage: stage, Value: v, Stack: debug.Stack()}
+		*err = panicked(stage, v)
 	}
+}
+
+// panicked is the [*PanicError] of a panic of the named stage, with the
+// stack of the goroutine that recovered it.
+func panicked(stage string, v any) *PanicError {
+	return &PanicError{Stage: stage, Value: v, Stack: debug.Stack()}
 }
 
 // Unwrap returns the panic value if it is an error.
@@ -77,18 +86,11 @@ func (e *PanicError) Unwrap() error {
 	return nil
 }
 
-// timeoutError is an attempt or call that ran out of its own deadline.
-type timeoutError struct {
-	what  string // "loader attempt" or "call"
-	after string
-	cause error
+// timedOut is an attempt or call (what: "loader attempt" or "call") that
+// ran out of its own deadline, after: it matches [ErrTimeout] and cause.
+func timedOut(what string, after time.Duration, cause error) error {
+	return &timeout.Error{What: "resilience: " + what, After: after, Kind: ErrTimeout, Cause: cause}
 }
-
-func (e *timeoutError) Error() string {
-	return fmt.Sprintf("resilience: %s timed out after %s", e.what, e.after)
-}
-
-func (e *timeoutError) Unwrap() []error { return []error{ErrTimeout, e.cause} }
 
 // errClass is what an error means to the pipeline; [classify] decides it,
 // in one place, for every error a stage meets.
@@ -155,4 +157,44 @@ func classifyReply(err error) errClass {
 		return errData
 	}
 	return errInfra
+}
+
+func wrongCall(name, why string) error {
+	return &wrongCallError{name: name, why: why}
+}
+
+type wrongCallError struct{ name, why string }
+
+func (e *wrongCallError) Error() string { return "resilience: pipeline " + quote(e.name) + " " + e.why }
+
+func (e *wrongCallError) Unwrap() error { return ErrWrongCall }
+
+func quote(s string) string { return "\"" + s + "\"" }
+
+// KeyErrors are errors of single keys: what a [LoadManyFunc] returns to
+// fail some keys of its call, and what [Pipeline.GetMany] returns for the
+// keys that got neither a value, a not-found nor a fallback. errors.Is and
+// errors.As look into each key's error.
+type KeyErrors map[string]error
+
+func (e KeyErrors) Error() string {
+	keys := make([]string, 0, len(e))
+	for k := range e {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	// Keys may be secrets: the message names none.
+	if len(keys) == 0 {
+		return "resilience: no key failed"
+	}
+	return fmt.Sprintf("resilience: %d key(s) failed, the first: %v", len(keys), e[keys[0]])
+}
+
+// Unwrap returns each key's error.
+func (e KeyErrors) Unwrap() []error {
+	out := make([]error, 0, len(e))
+	for _, err := range e {
+		out = append(out, err)
+	}
+	return out
 }

@@ -3,9 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,34 +31,6 @@ import (
 // [KeyErrors] for them (as the error, or wrapped in it) beside the values
 // of the others: the call then counts as a success.
 type LoadManyFunc[V any] func(ctx context.Context, keys []string) (map[string]V, error)
-
-// KeyErrors are errors of single keys: what a [LoadManyFunc] returns to
-// fail some keys of its call, and what [Pipeline.GetMany] returns for the
-// keys that got neither a value, a not-found nor a fallback. errors.Is and
-// errors.As look into each key's error.
-type KeyErrors map[string]error
-
-func (e KeyErrors) Error() string {
-	keys := make([]string, 0, len(e))
-	for k := range e {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	// Keys may be secrets: the message names none.
-	if len(keys) == 0 {
-		return "resilience: no key failed"
-	}
-	return fmt.Sprintf("resilience: %d key(s) failed, the first: %v", len(keys), e[keys[0]])
-}
-
-// Unwrap returns each key's error.
-func (e KeyErrors) Unwrap() []error {
-	out := make([]error, 0, len(e))
-	for _, err := range e {
-		out = append(out, err)
-	}
-	return out
-}
 
 // spanGetMany is the span of one [Pipeline.GetMany] call. It has no child
 // per key: the batch's Redis round trips, loader call and write-back each
@@ -400,9 +370,11 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 		// out of L1.
 		outs[k] = &keyOut[V]{o: &outcome[V]{gen: p.writes.gens.stamp()}}
 	}
+	// Not recoverPanic: the panic is the error of every key not yet
+	// answered, not one return value.
 	defer func() {
 		if v := recover(); v != nil {
-			pe := &PanicError{Stage: "pipeline", Value: v, Stack: debug.Stack()}
+			pe := panicked("pipeline", v)
 			for _, out := range outs {
 				if !out.set {
 					out.err, out.set = pe, true

@@ -3,12 +3,15 @@ package resilience
 import (
 	"context"
 	"errors"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -91,4 +94,64 @@ func (t *tasks) close() {
 	t.closed = true
 	t.mu.Unlock()
 	t.wg.Wait()
+}
+
+// Refresh loads key now, whatever the caches hold, stores the value as a
+// load on a miss does, and returns it. It follows a miss's rules: the
+// concurrent Refresh calls of key in this process share one load; with
+// Lock, one process loads at a time, and a Refresh that finds another
+// process's lock waits for that load's value (a value written after the
+// Refresh began answers it). A failed
+// load returns its error: there is no fallback, and the cached value is
+// left as it was. The shared load runs detached from ctx, bounded by
+// FlightTimeout; a caller whose ctx ends returns at once. A Get's load of
+// key already in flight is not joined: Refresh loads anew.
+func (p *Pipeline[V]) Refresh(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
+	var zero V
+	if err := p.checkGet(ctx, key, load); err != nil {
+		return zero, err
+	}
+	after := time.Now()
+	run := func() (any, error) {
+		// The shared load keeps the first caller's values (its span) but
+		// not its cancellation.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.flightTimeout)
+		defer cancel()
+		o := &outcome[V]{refresh: true, after: after}
+		return o, p.fetchInto(fctx, key, load, o)
+	}
+	type res struct {
+		o   any
+		err error
+	}
+	ch := make(chan res, 1) // buffered: a caller that left never blocks the load
+	if !p.bg.add() {
+		return zero, ErrClosed
+	}
+	go func() {
+		defer p.bg.done()
+		o, err, _ := p.writes.refreshes.Do(key, run)
+		ch <- res{o, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case r := <-ch:
+		if r.err != nil {
+			return zero, r.err
+		}
+		return p.out(r.o.(*outcome[V]).res.Value), nil
+	}
+}
+
+// refreshEarly decides, XFetch style, whether a fresh entry should be
+// reloaded now: with probability rising as expiry nears, and earlier for
+// values that took long to load.
+func (p *Pipeline[V]) refreshEarly(h cache.Hit[V]) bool {
+	took := h.LoadDuration()
+	if took <= 0 {
+		return false
+	}
+	gap := float64(took) * p.beta * -math.Log(1-rand.Float64())
+	return gap > float64(h.FreshFor())
 }

@@ -59,3 +59,20 @@ type Result[V any] struct {
 
 // FellBack reports whether the fallback chain served the value.
 func (r *Result[V]) FellBack() bool { return r.Cause != nil }
+
+// out is what a caller gets of a value the cache holds: the value itself,
+// or its copy with Clone.
+func (p *Pipeline[V]) out(v V) V {
+	if c := p.writes.clone; c != nil {
+		return c(v)
+	}
+	return v
+}
+
+// cloned applies Clone to a result's value.
+func (p *Pipeline[V]) cloned(r Result[V], err error) (Result[V], error) {
+	if c := p.writes.clone; c != nil && err == nil {
+		r.Value = c(r.Value)
+	}
+	return r, err
+}

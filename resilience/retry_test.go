@@ -27,7 +27,7 @@ func TestRetrySettings_retryable(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	errSkip := errors.New("skip me")
 	onlyNotSkip := func(err error) bool { return !errors.Is(err, errSkip) }
-	attemptTimeout := &timeoutError{what: "loader attempt", after: "1s", cause: context.DeadlineExceeded}
+	attemptTimeout := timedOut("loader attempt", time.Second, context.DeadlineExceeded)
 	tests := []struct {
 		name      string
 		retryable func(error) bool

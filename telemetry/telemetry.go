@@ -144,9 +144,6 @@ func (t *Telemetry) HitSpans(ctx context.Context) bool {
 	return t.hitSpans || trace.SpanContextFromContext(ctx).IsSampled()
 }
 
-// Tracer returns the tracer.
-func (t *Telemetry) Tracer() trace.Tracer { return t.tracer }
-
 // Start starts a span named name, or returns ctx and a nil span when
 // tracing is off. End it with [End].
 func (t *Telemetry) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {

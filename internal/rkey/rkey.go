@@ -24,7 +24,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// Millis rounds d up to whole milliseconds, never below 1: a positive TTL
+// or lease never becomes 0, which Redis refuses.
+func Millis(d time.Duration) int64 {
+	return int64(max((d+time.Millisecond-1)/time.Millisecond, 1))
+}
 
 // DefaultPrefix is the prefix used when none is configured.
 const DefaultPrefix = "hg:"

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 )
 
 var (
@@ -39,22 +38,6 @@ func statusError(resp *http.Response) *StatusError {
 	}
 	return &StatusError{StatusCode: resp.StatusCode, Status: s}
 }
-
-// timeoutError is an attempt that ran out of its own timeout.
-type timeoutError struct {
-	after time.Duration
-	cause error
-}
-
-func (e *timeoutError) Error() string {
-	return fmt.Sprintf("httpx: attempt timed out after %v: %v", e.after, e.cause)
-}
-
-func (e *timeoutError) Unwrap() []error { return []error{ErrTimeout, e.cause} }
-
-// Timeout reports true, so that net/http and [net.Error] checks see a
-// timeout.
-func (e *timeoutError) Timeout() bool { return true }
 
 // fallbackError is a fallback that failed; it keeps both errors.
 type fallbackError struct{ err, cause error }

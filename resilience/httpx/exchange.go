@@ -14,6 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/timeout"
 )
 
 // drainLimit bounds how much of a discarded body is read, so that its
@@ -77,7 +78,7 @@ func (t *Transport) attempt(br *breaker.Breaker, req *http.Request) (*http.Respo
 				// about the host, so the attempt counts neither way.
 				return breaker.Ignore
 			case errors.Is(ctx.Err(), context.DeadlineExceeded):
-				err = &timeoutError{after: t.o.AttemptTimeout, cause: err}
+				err = &timeout.Error{What: "httpx: attempt", After: t.o.AttemptTimeout, Kind: ErrTimeout, Cause: err, ShowCause: true}
 			}
 			return err
 		}

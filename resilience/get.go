@@ -1,10 +1,27 @@
+// A call, file by file, in the order it meets them:
+//
+//	get.go       Get, GetResult: the checks, the call, a miss
+//	l1.go        the in-process cache (L1): lookup, fill
+//	refresh.go   early refresh of a hot key, background refresh, Refresh
+//	flight.go    the local single-flight: join a key's load, or lead it
+//	fetch.go     the leader's look (L1 again, then Redis), then the rest
+//	l2.go        the Redis cache (L2): reads, the look with the lock, the write-back
+//	lock.go      the distributed lock: hold and load, or wait for the holder
+//	loader.go    the loader call: breaker, timeout, SetTTL (retry.go: retry)
+//	fallback.go  the fallback chain: stale copy, default, error
+//	result.go    what a call returns
+//	errors.go    every error type and how errors are classified
+//
+// Around them: redisguard.go (the Redis breaker, wiring), redisbatch.go
+// (Redis commands sent in batches), builder.go and build.go (Builder, Build),
+// many.go (GetMany), do.go (Do), write.go (Set, Invalidate), peek.go,
+// stats.go, health.go, logs.go.
+
 package resilience
 
 import (
 	"context"
 	"errors"
-	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,41 +146,6 @@ func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]
 	return nil
 }
 
-func wrongCall(name, why string) error {
-	return &wrongCallError{name: name, why: why}
-}
-
-type wrongCallError struct{ name, why string }
-
-func (e *wrongCallError) Error() string { return "resilience: pipeline " + quote(e.name) + " " + e.why }
-func (e *wrongCallError) Unwrap() error { return ErrWrongCall }
-
-func quote(s string) string { return "\"" + s + "\"" }
-
-// lookup is a call's one L1 read (a pipeline without L1 always misses).
-// It reports done when the fresh entry it found answers the call with
-// nothing more to record than a count: no span, since tracing is off or
-// the caller's span is not sampled (see [telemetry.Config.HitSpans]).
-// Otherwise [Pipeline.call] goes on from what it found. It allocates
-// nothing on a hit.
-func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) (cache.Hit[V], cache.Freshness, bool) {
-	if p.l1 == nil {
-		return cache.Hit[V]{}, cache.Miss, false
-	}
-	h, f := p.l1.Find(key)
-	if f != cache.Fresh {
-		return h, f, false
-	}
-	if p.beta > 0 && p.refreshEarly(h) {
-		p.refreshAsync(ctx, key, load, h.Written())
-	}
-	if !p.tel.Off() && p.tel.Tracing() && p.tel.HitSpans(ctx) {
-		return h, f, false
-	}
-	p.stats.l1Hit()
-	return h, f, true
-}
-
 // call is the rest of a call, from what L1 held for key: a span for the
 // call and one for each stage that runs, when tracing is on (the L1 span
 // records the lookup just made), then the shared load and the fallbacks.
@@ -248,18 +230,6 @@ func fromHit[V any](h cache.Hit[V]) (Result[V], error) {
 	return Result[V]{Value: h.Value(), Source: SourceL1}, nil
 }
 
-// refreshEarly decides, XFetch style, whether a fresh entry should be
-// reloaded now: with probability rising as expiry nears, and earlier for
-// values that took long to load.
-func (p *Pipeline[V]) refreshEarly(h cache.Hit[V]) bool {
-	took := h.LoadDuration()
-	if took <= 0 {
-		return false
-	}
-	gap := float64(took) * p.beta * -math.Log(1-rand.Float64())
-	return gap > float64(h.FreshFor())
-}
-
 // Close stops the pipeline's background work (shared loads still under way,
 // refreshes, the Redis subscription) and waits for it, and for calls that
 // are loading; FlightTimeout bounds the wait. Every Close, concurrent ones
@@ -277,4 +247,80 @@ func (p *Pipeline[V]) Close() error {
 		p.closeErr = errors.Join(errs...)
 	})
 	return p.closeErr
+}
+
+// miss handles a call the in-process cache could not answer: one shared
+// load per key, then the fallback chain for whoever it failed. stale is
+// what L1 held for key, if anything (hasStale).
+func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], stale cache.Entry[V], hasStale bool) (Result[V], error) {
+	if hasStale && p.swr {
+		// Serve the stale copy now; one refresh runs in the background.
+		p.refreshAsync(ctx, key, load, stale.Written)
+		return Result[V]{Value: stale.Value, Source: SourceStale}, nil
+	}
+	hint := hasStale && p.l2Fresh(&stale)
+	var o *outcome[V]
+	var err error
+	if p.group == nil {
+		o = &outcome[V]{}
+		err = p.fetchAlone(ctx, key, load, o, hint)
+	} else {
+		o, err = p.joinFlight(ctx, key, load, hint)
+		if o == nil { // the caller left: its own context ended
+			return Result[V]{}, err
+		}
+	}
+	if err == nil || o.res.NotFound {
+		return o.res, err
+	}
+	if ctx.Err() != nil {
+		return Result[V]{FailedOpen: o.res.FailedOpen, FailOpenCause: o.res.FailOpenCause}, err
+	}
+	if !hasStale && o.hasStale {
+		stale, hasStale = o.stale, true
+	}
+	if stale.NotFound {
+		hasStale = false
+	}
+	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen)
+	r.FailOpenCause = o.res.FailOpenCause
+	return r, err
+}
+
+// outcome is what a shared load hands every caller that joined it.
+type outcome[V any] struct {
+	res      Result[V]
+	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
+	hasStale bool
+	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
+	// refresh is set for a background refresh: a fresh entry serves it
+	// only if written after after, the write time of the entry that
+	// triggered it (a refresh by another process, say).
+	refresh bool
+	after   time.Time
+	// gen is the write generation when the load began: its L1 fill is
+	// skipped if key was written or dropped since (see write.go).
+	gen uint64
+}
+
+// accepts reports whether e, found with freshness f, answers the load o
+// is for. A refresh takes only an entry written clearly after the one
+// that called for it: L1 keeps write times on its monotonic clock and
+// gives them back on the wall clock, a few microseconds off either way,
+// so the same write read back from L2 must not pass for a newer one.
+func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
+	return f == cache.Fresh && (!o.refresh || e.Written.Sub(o.after) > writtenSlack)
+}
+
+// writtenSlack is how much later than a refresh's entry another entry must
+// have been written to count as newer.
+const writtenSlack = time.Millisecond
+
+// failOpen marks the outcome as having gone on without Redis because of
+// err.
+func (o *outcome[V]) failOpen(err error) {
+	o.res.FailedOpen = true
+	if o.res.FailOpenCause == nil {
+		o.res.FailOpenCause = err
+	}
 }

@@ -3,12 +3,15 @@ package resilience
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -75,21 +78,6 @@ func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, er
 	p.logs.failedOpen(ctx, op, why, err)
 }
 
-// fillL1 copies an entry read from L2 into L1, keeping L1's TTL no longer
-// than L1TTL, unless key was written or dropped since o's load began.
-func (p *Pipeline[V]) fillL1(key string, e cache.Entry[V], o *outcome[V]) {
-	if p.l1 == nil {
-		return
-	}
-	if limit := time.Now().Add(p.l1TTL); e.Expires.After(limit) {
-		e.Expires = limit
-		if e.StaleUntil.Before(limit) {
-			e.StaleUntil = limit
-		}
-	}
-	p.fillIfCurrent(key, e, o.gen)
-}
-
 // store writes a loaded entry to L2 and L1. Under a grant, the write goes
 // through only while the lease still holds (a holder that lost it writes
 // nothing, since a newer load may already have landed) and only above the
@@ -151,4 +139,70 @@ func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
 		p.tel.FailOpen(ctx, "l2_set:lease_lost")
 	}
 	p.logs.lostLease(ctx)
+}
+
+// look is one look at a key through the Redis lock: the value, and the
+// lease when the lock was granted.
+type look[V any] struct {
+	e     cache.Entry[V]
+	f     cache.Freshness
+	lease *lock.Lease
+}
+
+// lookRedis reads key's value and, unless it is fresh, tries the lock, in
+// one round trip, with a client span. It returns lock.ErrNotAcquired (with
+// the stale copy, if any) when a live holder has the lock.
+func (p *Pipeline[V]) lookRedis(ctx context.Context, key string) (look[V], error) {
+	var sp trace.Span
+	if p.tel.Tracing() {
+		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA")))
+		defer sp.End()
+	}
+	var raw []byte
+	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
+		l, v, _, err := p.rlock.TryAcquireOrGet(ctx, key, p.lockCfg.Lease, time.Now())
+		raw = v
+		return l, err
+	})
+	lk := look[V]{lease: lease}
+	if raw != nil {
+		lk.e, lk.f = p.l2.Decode(key, raw)
+	}
+	if err == nil && lease == nil && lk.f != cache.Fresh {
+		// Fresh by its expiry field, yet unusable (bytes that do not
+		// decode): a miss, so take the lock without looking at it.
+		lk.lease, err = guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
+			return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
+		})
+	}
+	if sp != nil {
+		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))
+	}
+	switch classify(ctx, err) {
+	case errData:
+		p.corrupt(ctx, sp, err)
+	case errInfra, errRefused, errCanceled:
+		p.failOpen(ctx, sp, "l2_get", err)
+	}
+	return lk, err
+}
+
+// decryptFailed records an L2 entry that did not decrypt, and reports
+// whether err was one: a miss, counted as herdguard.cache.corrupt with
+// herdguard.reason=decrypt_failed, and logged (at most once a minute, with the
+// corrupt entries) with the reason, which names key ids and never keys
+// or key material. It is the first sign of a rotation step deployed out of
+// order.
+func (p *Pipeline[V]) decryptFailed(err error) bool {
+	if !errors.Is(err, cache.ErrDecrypt) {
+		return false
+	}
+	ctx := context.Background()
+	if p.tel.Metering() {
+		p.tel.DecryptFailed(ctx, "l2")
+	}
+	p.logs.episode(ctx, &p.logs.corrupt, slog.LevelWarn, "herdguard: a value in Redis did not decrypt; treated as a miss",
+		"reason", strings.TrimPrefix(err.Error(), cache.ErrDecrypt.Error()+": "))
+	return true
 }

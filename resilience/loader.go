@@ -191,12 +191,12 @@ func (p *Pipeline[V]) runTimed(ctx context.Context, key string, fn loader[V]) (V
 			a.cancel(err)
 			return zero, err
 		}
-		return zero, &timeoutError{what: "loader attempt", after: p.timeout.String(), cause: context.DeadlineExceeded}
+		return zero, timedOut("loader attempt", p.timeout, context.DeadlineExceeded)
 	}
 	expired := a.Err() == context.DeadlineExceeded
 	a.cancel(context.Canceled)
 	if a.err != nil && expired && ctx.Err() == nil {
-		return a.v, &timeoutError{what: "loader attempt", after: p.timeout.String(), cause: a.err}
+		return a.v, timedOut("loader attempt", p.timeout, a.err)
 	}
 	return a.v, a.err
 }
@@ -433,4 +433,49 @@ func (p *Pipeline[V]) breakerObserver(own, all func(string, breaker.State, break
 func callSafely(fn func(string, breaker.State, breaker.State), name string, from, to breaker.State) {
 	defer func() { _ = recover() }()
 	fn(name, from, to)
+}
+
+// MinLoaderTTL is the shortest TTL a loader can give its value with
+// [SetTTL].
+const MinLoaderTTL = time.Second
+
+// loaderTTL carries a TTL from the loader to the pipeline.
+type loaderTTL struct{ d atomic.Int64 }
+
+type loaderTTLKey struct{}
+
+// SetTTL, called by a [LoadFunc] with the context the pipeline gave it,
+// sets the TTL of the value it is about to return: from a Cache-Control
+// max-age, or a row's expiry. The TTL is clamped to [MinLoaderTTL, the
+// Cache ttl]; jitter and the Stale grace apply to it as to the Cache ttl,
+// and L1 keeps it no longer than L1TTL. It has no effect on a not-found,
+// which keeps NegativeTTL. SetTTL reports false, doing nothing, when ctx
+// does not come from a pipeline's load.
+func SetTTL(ctx context.Context, d time.Duration) bool {
+	if ctx == nil {
+		return false
+	}
+	h, ok := ctx.Value(loaderTTLKey{}).(*loaderTTL)
+	if !ok {
+		return false
+	}
+	h.d.Store(int64(max(d, MinLoaderTTL)))
+	return true
+}
+
+// withLoaderTTL gives the loader's context a place for SetTTL.
+func withLoaderTTL(ctx context.Context) (context.Context, *loaderTTL) {
+	h := new(loaderTTL)
+	return context.WithValue(ctx, loaderTTLKey{}, h), h
+}
+
+// applyLoaderTTL re-times e with the TTL its loader set, if any.
+func (p *Pipeline[V]) applyLoaderTTL(e *cache.Entry[V], h *loaderTTL) {
+	d := time.Duration(h.d.Load())
+	if d == 0 || e.NotFound {
+		return
+	}
+	ttl := cache.Jitter(min(d, p.ttl), p.jitter)
+	e.Expires = e.Written.Add(ttl)
+	e.StaleUntil = e.Expires.Add(p.grace)
 }

@@ -34,53 +34,6 @@ func hold(ctx context.Context, lease *lock.Lease) *grant {
 	return g
 }
 
-// look is one look at a key through the Redis lock: the value, and the
-// lease when the lock was granted.
-type look[V any] struct {
-	e     cache.Entry[V]
-	f     cache.Freshness
-	lease *lock.Lease
-}
-
-// lookRedis reads key's value and, unless it is fresh, tries the lock, in
-// one round trip, with a client span. It returns lock.ErrNotAcquired (with
-// the stale copy, if any) when a live holder has the lock.
-func (p *Pipeline[V]) lookRedis(ctx context.Context, key string) (look[V], error) {
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA")))
-		defer sp.End()
-	}
-	var raw []byte
-	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
-		l, v, _, err := p.rlock.TryAcquireOrGet(ctx, key, p.lockCfg.Lease, time.Now())
-		raw = v
-		return l, err
-	})
-	lk := look[V]{lease: lease}
-	if raw != nil {
-		lk.e, lk.f = p.l2.Decode(key, raw)
-	}
-	if err == nil && lease == nil && lk.f != cache.Fresh {
-		// Fresh by its expiry field, yet unusable (bytes that do not
-		// decode): a miss, so take the lock without looking at it.
-		lk.lease, err = guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
-			return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
-		})
-	}
-	if sp != nil {
-		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))
-	}
-	switch classify(ctx, err) {
-	case errData:
-		p.corrupt(ctx, sp, err)
-	case errInfra, errRefused, errCanceled:
-		p.failOpen(ctx, sp, "l2_get", err)
-	}
-	return lk, err
-}
-
 // lockedRest is the rest of a miss after a look through the Redis lock
 // that found no fresh value (pd): the winner's load, or the waiter's
 // wait.
