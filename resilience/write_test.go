@@ -401,9 +401,9 @@ func TestWrites_badCalls(t *testing.T) {
 	noCache := build(t, New[string]("w-nocache").SingleFlight())
 	ctx := ctxT(t)
 	load := newSource("v").load
-	//nolint:staticcheck // a nil context on purpose
 	for name, err := range map[string]error{
-		"Set nil ctx":        p.Set(nil, "k", "v"), //nolint:staticcheck
+		//lint:ignore SA1012 a nil context is what is tested
+		"Set nil ctx":        p.Set(nil, "k", "v"),
 		"Invalidate no key":  p.Invalidate(ctx, ""),
 		"Set no cache":       noCache.Set(ctx, "k", "v"),
 		"Invalidate nocache": noCache.Invalidate(ctx, "k"),
@@ -412,7 +412,8 @@ func TestWrites_badCalls(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if err := p.Set(nil, "k", "v"); !errors.Is(err, ErrNilContext) { //nolint:staticcheck
+	//lint:ignore SA1012 a nil context is what is tested
+	if err := p.Set(nil, "k", "v"); !errors.Is(err, ErrNilContext) {
 		t.Errorf("Set(nil ctx) = %v", err)
 	}
 	if err := noCache.Set(ctx, "k", "v"); !errors.Is(err, ErrWrongCall) {
