@@ -9,8 +9,8 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/lock"
-	"github.com/herdguard/herdguard/telemetry"
 )
 
 // version is the instrumentation version reported with spans and metrics:
@@ -137,7 +137,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if p.l1TTL == 0 {
 		p.l1TTL = p.ttl
 	}
-	tel, err := telemetry.New(scope, version(), c.name, c.telemetry)
+	tel, err := obs.New(scope, version(), c.name, c.telemetry)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -64,7 +65,7 @@ type Pipeline[V any] struct {
 	retry     *RetrySettings
 	fb        fallback.Chain[V]
 	isFailure func(error) bool
-	tel       *telemetry.Telemetry
+	tel       *obs.Telemetry
 	logs      logs
 
 	ttl, l1TTL, negTTL, grace time.Duration

@@ -1,12 +1,14 @@
-// Package telemetry holds the OpenTelemetry instrumentation of the toolkit:
-// the span names and attribute keys, the metric instruments, and the cheap
-// checks that keep the hot path free of allocations when no SDK is
-// installed.
+// Package telemetry names what the toolkit's OpenTelemetry instrumentation
+// emits, for dashboards, alerts and tests: the span names (one per stage),
+// the attribute keys, the metric names; and [Config], which says where the
+// telemetry goes. Every name it exports is one of those, so that a query
+// can be written against a constant rather than a string copied from the
+// docs; the instrumentation itself is the pipeline's own.
 //
 // It follows the OpenTelemetry contrib conventions: a [Config] takes a
 // TracerProvider and a MeterProvider (the globals by default), never a Tracer
 // or a Meter; the scope name is the instrumenting package's import path;
-// tracers and instruments are created once.
+// tracers and instruments are created once, per pipeline.
 //
 // Keys may be secrets, so they are not put on spans unless [Config.Keys]
 // asks for it.

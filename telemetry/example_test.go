@@ -1,8 +1,13 @@
 package telemetry_test
 
 import (
+	"context"
 	"fmt"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/herdguard/herdguard/resilience"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -11,15 +16,25 @@ import (
 // without revealing it.
 func ExampleConfig() {
 	for _, keys := range []telemetry.KeyMode{telemetry.KeysOff, telemetry.KeysHashed, telemetry.KeysRaw} {
-		tel, err := telemetry.New("example.com/users", "v1.0.0", "users", telemetry.Config{Keys: keys})
+		rec := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+		users, err := resilience.New[string]("users").
+			Telemetry(telemetry.Config{TracerProvider: tp, Keys: keys}).
+			Build()
 		if err != nil {
 			panic(err)
 		}
-		if kv, ok := tel.KeyAttr("user:42"); ok {
-			fmt.Println("key on spans:", kv.Value.Emit())
-		} else {
-			fmt.Println("key off spans")
+		_, _ = users.Get(context.Background(), "user:42", func(context.Context, string) (string, error) { return "Ada", nil })
+		_ = users.Close()
+		shown := "key off spans"
+		for _, sp := range rec.Ended() {
+			for _, kv := range sp.Attributes() {
+				if sp.Name() == telemetry.SpanGet && kv.Key == telemetry.Key {
+					shown = "key on spans: " + kv.Value.AsString()
+				}
+			}
 		}
+		fmt.Println(shown)
 	}
 	// Output:
 	// key off spans

@@ -1,4 +1,4 @@
-package telemetry
+package obs
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/herdguard/herdguard/telemetry"
 )
 
 func TestNew_explicitProviders(t *testing.T) {
@@ -16,11 +18,11 @@ func TestNew_explicitProviders(t *testing.T) {
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	cases := []struct {
 		name    string
-		c       Config
+		c       telemetry.Config
 		tracing bool
 	}{
-		{"sdk", Config{TracerProvider: tp, MeterProvider: metricnoop.NewMeterProvider()}, true},
-		{"noop", Config{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: metricnoop.NewMeterProvider()}, false},
+		{"sdk", telemetry.Config{TracerProvider: tp, MeterProvider: metricnoop.NewMeterProvider()}, true},
+		{"noop", telemetry.Config{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: metricnoop.NewMeterProvider()}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,7 +33,7 @@ func TestNew_explicitProviders(t *testing.T) {
 			if tel.Tracing() != tc.tracing || tel.Metering() {
 				t.Fatalf("Tracing=%v Metering=%v, want %v false", tel.Tracing(), tel.Metering(), tc.tracing)
 			}
-			_, sp := tel.Start(context.Background(), SpanGet)
+			_, sp := tel.Start(context.Background(), telemetry.SpanGet)
 			if (sp != nil) != tc.tracing {
 				t.Fatalf("span %v, want one only when tracing", sp)
 			}
@@ -46,7 +48,7 @@ func TestNew_explicitProviders(t *testing.T) {
 }
 
 func TestNew_globalDefaultIsOff(t *testing.T) {
-	tel, err := New("scope", "v", "p", Config{})
+	tel, err := New("scope", "v", "p", telemetry.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,16 +59,16 @@ func TestNew_globalDefaultIsOff(t *testing.T) {
 
 func TestKeyAttr(t *testing.T) {
 	cases := []struct {
-		mode KeyMode
+		mode telemetry.KeyMode
 		ok   bool
 		want string
 	}{
-		{KeysOff, false, ""},
-		{KeysRaw, true, "user:42"},
-		{KeysHashed, true, "ea3fd43be1e57d62"}, // printf user:42 | sha256sum | cut -c1-16
+		{telemetry.KeysOff, false, ""},
+		{telemetry.KeysRaw, true, "user:42"},
+		{telemetry.KeysHashed, true, "ea3fd43be1e57d62"}, // printf user:42 | sha256sum | cut -c1-16
 	}
 	for _, tc := range cases {
-		tel, err := New("scope", "v", "p", Config{Keys: tc.mode})
+		tel, err := New("scope", "v", "p", telemetry.Config{Keys: tc.mode})
 		if err != nil {
 			t.Fatal(err)
 		}
