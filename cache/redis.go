@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -246,41 +245,11 @@ func (r *Redis[V]) Commit(ctx context.Context, key string, e Entry[V], token str
 }
 
 func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string, release bool) (stored bool, err error) {
-	if e.Fence < 0 {
-		return false, fmt.Errorf("cache: set %q: negative fence %d", key, e.Fence)
+	args, err := r.setArgs(key, e, token, release)
+	if err != nil {
+		return false, err
 	}
-	until := e.StaleUntil
-	if until.Before(e.Expires) {
-		until = e.Expires
-	}
-	ttl := time.Until(until)
-	if ttl <= 0 {
-		return false, fmt.Errorf("cache: set %q: %w", key, ErrExpiredEntry)
-	}
-	env := envelope{
-		notFound:     e.NotFound,
-		written:      e.Written,
-		expires:      e.Expires,
-		staleUntil:   until,
-		loadDuration: max(e.LoadDuration, 0),
-		fence:        e.Fence,
-	}
-	if !e.NotFound {
-		if env.payload, err = r.marshal(e.Value); err != nil {
-			return false, fmt.Errorf("cache: set %q: %w", key, err)
-		}
-	}
-	ms := rkey.Millis(ttl)
-	channel := ""
-	if release {
-		channel = r.keys.Channel()
-	}
-	n, err := setScript.Run(ctx, r.client,
-		[]string{r.keys.Value(key), r.keys.Lock(key)},
-		strconv.FormatInt(e.Fence, 10), r.seal(key, encodeEnvelope(env)), ms,
-		rkey.FieldFence, rkey.FieldData, token,
-		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key,
-	).Int()
+	n, err := setScript.Run(ctx, r.client, []string{args[1].(string), args[2].(string)}, args[3:]...).Int()
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("cache: set %q: %w", key, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/internal/rscript"
 )
 
 // BatchClient is a [RedisClient] that can send many commands in one round
@@ -36,7 +37,7 @@ func (r *Redis[V]) GetMany(ctx context.Context, keys []string) ([]Got[V], error)
 	for i, k := range keys {
 		cmds[i] = redis.NewStringCmd(ctx, "hget", r.keys.Value(k), rkey.FieldData)
 	}
-	if err := r.sendBatch(ctx, cmds); err != nil {
+	if err := rscript.Send(ctx, r.client, cmds); err != nil {
 		return nil, fmt.Errorf("cache: get: %w", err)
 	}
 	out := make([]Got[V], len(keys))
@@ -78,7 +79,6 @@ type Written struct {
 // err is the batch's failure, when it failed as a whole.
 func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, error) {
 	out := make([]Written, len(writes))
-	var cmds []redis.Cmder
 	var idx []int
 	var args [][]any
 	for i, w := range writes {
@@ -89,36 +89,13 @@ func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, e
 		}
 		args = append(args, a)
 		idx = append(idx, i)
-		cmds = append(cmds, redis.NewCmd(ctx, append([]any{"evalsha", setScript.Hash()}, a...)...))
 	}
-	if len(cmds) == 0 {
+	if len(args) == 0 {
 		return out, nil
 	}
-	if err := r.sendBatch(ctx, cmds); err != nil {
+	cmds, err := rscript.RunMany(ctx, r.client, setScript, args)
+	if err != nil {
 		return nil, fmt.Errorf("cache: set: %w", err)
-	}
-	var again []int
-	for j, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			again = append(again, j)
-		}
-	}
-	if len(again) > 0 {
-		// Redis did not know the script (after a restart): load it once
-		// rather than send its source with every command.
-		if err := setScript.Load(ctx, r.client).Err(); err != nil {
-			return nil, fmt.Errorf("cache: set: %w", err)
-		}
-		retry := make([]redis.Cmder, len(again))
-		for n, j := range again {
-			retry[n] = redis.NewCmd(ctx, append([]any{"evalsha", setScript.Hash()}, args[j]...)...)
-		}
-		if err := r.sendBatch(ctx, retry); err != nil {
-			return nil, fmt.Errorf("cache: set: %w", err)
-		}
-		for n, j := range again {
-			cmds[j] = retry[n]
-		}
 	}
 	for j, c := range cmds {
 		i := idx[j]
@@ -135,8 +112,8 @@ func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, e
 	return out, nil
 }
 
-// setArgs is the numkeys, keys and arguments of set.lua for one write,
-// laid out as [Redis.set] lays them out.
+// setArgs is the numkeys, keys and arguments of set.lua for one write:
+// numkeys, then the two keys (strings), then the arguments.
 func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) ([]any, error) {
 	if e.Fence < 0 {
 		return nil, fmt.Errorf("cache: set %q: negative fence %d", key, e.Fence)
@@ -172,29 +149,7 @@ func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) (
 		channel = r.keys.Channel()
 	}
 	return []any{2, r.keys.Value(key), r.keys.Lock(key),
-		strconv.FormatInt(e.Fence, 10), encodeEnvelope(env), ms,
+		strconv.FormatInt(e.Fence, 10), r.seal(key, encodeEnvelope(env)), ms,
 		rkey.FieldFence, rkey.FieldData, token,
 		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key}, nil
-}
-
-func (r *Redis[V]) sendBatch(ctx context.Context, cmds []redis.Cmder) error {
-	switch c := r.client.(type) {
-	case BatchClient:
-		return c.ProcessBatch(ctx, cmds)
-	case interface{ Pipeline() redis.Pipeliner }:
-		pipe := c.Pipeline()
-		for _, cmd := range cmds {
-			_ = pipe.Process(ctx, cmd)
-		}
-		_, _ = pipe.Exec(ctx)
-		return ctx.Err()
-	case interface {
-		Process(context.Context, redis.Cmder) error
-	}:
-		for _, cmd := range cmds {
-			_ = c.Process(ctx, cmd)
-		}
-		return ctx.Err()
-	}
-	return errors.New("cache: the redis client can send neither pipelines nor single commands")
 }

@@ -79,7 +79,7 @@ func (r *Redis[V]) Write(ctx context.Context, key string, e Entry[V], o WriteOpt
 	}
 	s, err := writeScript.Run(ctx, r.client,
 		[]string{r.keys.Value(key), r.keys.Lock(key), r.keys.Fence(key)},
-		encodeEnvelope(env), rkey.Millis(ttl), rkey.FieldFence, rkey.FieldData, rkey.FieldExpires,
+		r.seal(key, encodeEnvelope(env)), rkey.Millis(ttl), rkey.FieldFence, rkey.FieldData, rkey.FieldExpires,
 		e.Expires.UnixMilli(), rkey.Millis(o.FenceRetention), r.keys.Channel(),
 		rkey.Announcement(rkey.KindSet, o.Origin, key),
 	).Text()

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/internal/rscript"
 )
 
 // BatchClient is a [RedisClient] that can send many commands in one round
@@ -61,7 +62,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 			toks[i], rkey.Millis(lease), rkey.Millis(lease + r.retention), rkey.FieldFence, rkey.Millis(2 * beat),
 			ms, rkey.FieldData, rkey.FieldExpires}
 	}
-	cmds, berr := runScripts(ctx, r.client, acquireScript, args)
+	cmds, berr := rscript.RunMany(ctx, r.client, acquireScript, args)
 	var unknown []int
 	for i, k := range keys {
 		var reply []any
@@ -107,7 +108,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 			for j, i := range unknown {
 				rel[j] = []any{1, r.keys.Lock(keys[i]), toks[i], "", ""}
 			}
-			_, _ = runScripts(cctx, r.client, releaseScript, rel)
+			_, _ = rscript.RunMany(cctx, r.client, releaseScript, rel)
 		}()
 	}
 	return looks
@@ -140,7 +141,7 @@ func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
 	if len(args) == 0 {
 		return errors.Join(errs...)
 	}
-	cmds, err := runScripts(ctx, r.client, releaseScript, args)
+	cmds, err := rscript.RunMany(ctx, r.client, releaseScript, args)
 	if err != nil {
 		return failure(ctx, "release", mine[0].key, err)
 	}
@@ -165,7 +166,7 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 	for i, l := range leases {
 		args[i] = []any{2, r.keys.Lock(l.key), r.keys.Fence(l.key), l.token, rkey.Millis(l.ttl), rkey.Millis(l.ttl + r.retention)}
 	}
-	cmds, err := runScripts(ctx, r.client, extendScript, args)
+	cmds, err := rscript.RunMany(ctx, r.client, extendScript, args)
 	if err != nil {
 		return lost, failure(ctx, "extend", leases[0].key, err)
 	}
@@ -180,66 +181,3 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 
 // Every returns how often the lease's watchdog beats.
 func (l *Lease) Every() time.Duration { return l.every }
-
-// runScripts runs script once per element of args (numkeys, keys...,
-// argv...) in one round trip. When Redis did not know the script by its
-// SHA (after a restart), it loads the script and sends those commands
-// again: the batch never carries the script's source per command. The
-// error is the batch's, when it failed as a whole; otherwise each command
-// holds its own.
-func runScripts(ctx context.Context, client RedisClient, script *redis.Script, args [][]any) ([]redis.Cmder, error) {
-	cmds := make([]redis.Cmder, len(args))
-	for i, a := range args {
-		cmds[i] = redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, a...)...)
-	}
-	if err := sendBatch(ctx, client, cmds); err != nil {
-		return nil, err
-	}
-	var again []int
-	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			again = append(again, i)
-		}
-	}
-	if len(again) == 0 {
-		return cmds, nil
-	}
-	if err := script.Load(ctx, client).Err(); err != nil {
-		return nil, err
-	}
-	retry := make([]redis.Cmder, len(again))
-	for j, i := range again {
-		retry[j] = redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, args[i]...)...)
-	}
-	if err := sendBatch(ctx, client, retry); err != nil {
-		return nil, err
-	}
-	for j, i := range again {
-		cmds[i] = retry[j]
-	}
-	return cmds, nil
-}
-
-// sendBatch sends cmds in one round trip if the client can, else one by
-// one.
-func sendBatch(ctx context.Context, client RedisClient, cmds []redis.Cmder) error {
-	switch c := client.(type) {
-	case BatchClient:
-		return c.ProcessBatch(ctx, cmds)
-	case interface{ Pipeline() redis.Pipeliner }:
-		pipe := c.Pipeline()
-		for _, cmd := range cmds {
-			_ = pipe.Process(ctx, cmd)
-		}
-		_, _ = pipe.Exec(ctx) // each command holds its own error
-		return ctx.Err()
-	case interface {
-		Process(context.Context, redis.Cmder) error
-	}:
-		for _, cmd := range cmds {
-			_ = c.Process(ctx, cmd)
-		}
-		return ctx.Err()
-	}
-	return errors.New("lock: the redis client can send neither pipelines nor single commands")
-}

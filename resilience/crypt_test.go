@@ -119,6 +119,33 @@ func TestEncrypt_podsShareSealedValues(t *testing.T) {
 	}
 }
 
+// TestEncrypt_writesAndBatchesSealed: Set and GetMany write sealed
+// values too, which another pod with the keyring reads as L2 hits.
+func TestEncrypt_writesAndBatchesSealed(t *testing.T) {
+	srv := redistest.Start(t)
+	ring := keyring(t, testKey(9, 1))
+	a, b := cryptPod(t, srv, "sealed-writes", ring, true), cryptPod(t, srv, "sealed-writes", ring, true)
+	ctx := context.Background()
+	if err := a.Set(ctx, "set", "plaintext-set"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetMany(ctx, []string{"many"}, func(_ context.Context, keys []string) (map[string]string, error) {
+		return map[string]string{"many": "plaintext-many"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"set": "plaintext-set", "many": "plaintext-many"} {
+		d, err := srv.Client().HGet(ctx, valueKey(t, "sealed-writes", key), rkey.FieldData).Result()
+		if err != nil || d == "" || d[0] != 0xE5 || strings.Contains(d, want) {
+			t.Fatalf("%s: Redis holds %q, %v: want it sealed", key, d, err)
+		}
+		r, err := b.GetResult(ctx, key, func(context.Context, string) (string, error) { return "", errors.New("not called") })
+		if err != nil || r.Source != SourceL2 || r.Value != want {
+			t.Fatalf("%s from b: %+v, %v; want %q from L2", key, r, err, want)
+		}
+	}
+}
+
 // TestEncrypt_swappedValue_missCountedLogged copies the sealed bytes of
 // key a onto key b with Redis's COPY: a pod reading b gets a miss and
 // loads b's own value, never a's; the miss is counted with
