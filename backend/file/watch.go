@@ -1,0 +1,250 @@
+package file
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// subscription is one Subscribe's channel.
+type subscription struct{ ch chan struct{} }
+
+// watcher is one Watch's callbacks.
+type watcher struct {
+	onWrite func(key, origin string)
+	onReset func()
+}
+
+const (
+	noteSuffix     = ".note"
+	announcePrefix = "a-"
+)
+
+// Notify implements [resilience.Shared]: it replaces key's note file (a
+// temporary file renamed over it), which wakes key's subscribers in every
+// process.
+func (s *Shared) Notify(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	path := filepath.Join(s.eventDir(), hashName(key)+noteSuffix)
+	if err := s.writeAtomic(path, []byte(randHex(4))); err != nil {
+		return fmt.Errorf("file: notify: %w", err)
+	}
+	return nil
+}
+
+// Subscribe implements [resilience.Shared]. The channel has capacity 1;
+// notifications that find it full are merged.
+func (s *Shared) Subscribe(key string) (<-chan struct{}, func()) {
+	sub := &subscription{ch: make(chan struct{}, 1)}
+	h := hashName(key)
+	s.subMu.Lock()
+	m := s.subs[h]
+	if m == nil {
+		m = make(map[*subscription]struct{})
+		s.subs[h] = m
+	}
+	m[sub] = struct{}{}
+	s.startWatchLocked()
+	s.subMu.Unlock()
+	return sub.ch, func() {
+		s.subMu.Lock()
+		delete(s.subs[h], sub)
+		if len(s.subs[h]) == 0 {
+			delete(s.subs, h)
+		}
+		s.subMu.Unlock()
+	}
+}
+
+// Announce implements [resilience.Shared]: it writes one file per
+// announcement in the namespace's event directory; files older than a
+// minute are swept.
+func (s *Shared) Announce(ctx context.Context, key, origin string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b := binary.AppendUvarint(nil, uint64(len(origin)))
+	b = append(b, origin...)
+	b = append(b, key...)
+	name := fmt.Sprintf("%s%020d-%s", announcePrefix, time.Now().UnixNano(), randHex(6))
+	if err := s.writeAtomic(filepath.Join(s.eventDir(), name), b); err != nil {
+		return fmt.Errorf("file: announce: %w", err)
+	}
+	return nil
+}
+
+// Watch implements [resilience.Shared]. The callbacks run on the view's
+// watch goroutine, one at a time.
+func (s *Shared) Watch(onWrite func(key, origin string), onReset func()) func() {
+	w := &watcher{onWrite: onWrite, onReset: onReset}
+	s.subMu.Lock()
+	s.watchers[w] = struct{}{}
+	s.startWatchLocked()
+	s.subMu.Unlock()
+	return func() {
+		s.subMu.Lock()
+		delete(s.watchers, w)
+		s.subMu.Unlock()
+	}
+}
+
+// startWatchLocked starts the watch goroutine, once; the watch is set up
+// before it returns, so nothing renamed afterwards is missed. Called with
+// subMu held.
+func (s *Shared) startWatchLocked() {
+	if s.watching {
+		return
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.watching = true
+	src := s.arm()
+	s.wg.Add(1)
+	go s.watchLoop(src)
+}
+
+// dispatch handles a file renamed into the event directory.
+func (s *Shared) dispatch(name string) {
+	switch {
+	case strings.HasSuffix(name, noteSuffix):
+		h := strings.TrimSuffix(name, noteSuffix)
+		s.subMu.Lock()
+		for sub := range s.subs[h] {
+			select {
+			case sub.ch <- struct{}{}:
+			default:
+			}
+		}
+		s.subMu.Unlock()
+	case strings.HasPrefix(name, announcePrefix):
+		b, err := os.ReadFile(filepath.Join(s.eventDir(), name))
+		if err != nil {
+			return // swept: a minute old
+		}
+		key, origin, err := decodeAnnouncement(b)
+		if err != nil {
+			return
+		}
+		for _, w := range s.watcherList() {
+			w.onWrite(key, origin)
+		}
+	}
+}
+
+func decodeAnnouncement(b []byte) (key, origin string, err error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return "", "", errors.New("file: bad announcement")
+	}
+	return string(b[k+int(n):]), string(b[k : k+int(n)]), nil
+}
+
+func (s *Shared) watcherList() []*watcher {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	out := make([]*watcher, 0, len(s.watchers))
+	for w := range s.watchers {
+		out = append(out, w)
+	}
+	return out
+}
+
+// reset wakes every subscriber and tells every watcher that
+// announcements may have been lost.
+func (s *Shared) reset() {
+	s.subMu.Lock()
+	for _, m := range s.subs {
+		for sub := range m {
+			select {
+			case sub.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	s.subMu.Unlock()
+	for _, w := range s.watcherList() {
+		if w.onReset != nil {
+			w.onReset()
+		}
+	}
+}
+
+// closed reports whether Close was called.
+func (s *Shared) closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// pollLoop watches the event directory by listing it every s.poll: where
+// inotify is not available.
+func (s *Shared) pollLoop() {
+	t := time.NewTicker(s.poll)
+	defer t.Stop()
+	notes := make(map[string]os.FileInfo)
+	seen := make(map[string]bool)
+	first, failed := true, false
+	for {
+		ents, err := os.ReadDir(s.eventDir())
+		if err != nil {
+			failed = true
+			_ = s.mkdirs()
+		} else {
+			now := make(map[string]bool, len(ents))
+			for _, e := range ents {
+				name := e.Name()
+				switch {
+				case strings.HasSuffix(name, noteSuffix):
+					info, err := e.Info()
+					if err != nil {
+						continue
+					}
+					if old, ok := notes[name]; ok && (os.SameFile(old, info) && old.ModTime().Equal(info.ModTime())) {
+						continue
+					}
+					_, had := notes[name]
+					notes[name] = info
+					if had || !first {
+						s.dispatch(name)
+					}
+				case strings.HasPrefix(name, announcePrefix):
+					now[name] = true
+					if !seen[name] {
+						seen[name] = true
+						if !first {
+							s.dispatch(name)
+						}
+					}
+				}
+			}
+			for name := range seen {
+				if !now[name] {
+					delete(seen, name)
+				}
+			}
+			if failed {
+				failed = false
+				s.reset()
+			}
+			first = false
+		}
+		select {
+		case <-t.C:
+		case <-s.done:
+			return
+		}
+	}
+}
