@@ -152,8 +152,10 @@ type Shared struct {
 	subMu    sync.Mutex
 	subs     map[string]map[*subscription]struct{} // by key hash
 	watchers map[*watcher]struct{}
-	watching bool     // the watch goroutine runs
-	inotify  *os.File // the watch's inotify instance, closed by Close
+	watching bool // the watch goroutine runs
+
+	inoMu   sync.Mutex
+	inotify *os.File // the watch's inotify instance, closed by Close
 
 	closeOnce sync.Once
 	done      chan struct{}

@@ -45,19 +45,19 @@ func (s *Shared) newInotify() (*inotifyWatch, error) {
 	// A non-blocking descriptor goes to the runtime's poller: Read parks
 	// the goroutine, and Close wakes it.
 	w := &inotifyWatch{f: os.NewFile(uintptr(fd), "inotify")}
-	s.subMu.Lock()
+	s.inoMu.Lock()
 	s.inotify = w.f
-	s.subMu.Unlock()
+	s.inoMu.Unlock()
 	return w, nil
 }
 
 // stopWatch wakes the watch goroutine, which then sees that the view is
 // closed.
 func (s *Shared) stopWatch() {
-	s.subMu.Lock()
+	s.inoMu.Lock()
 	f := s.inotify
 	s.inotify = nil
-	s.subMu.Unlock()
+	s.inoMu.Unlock()
 	if f != nil {
 		_ = f.Close()
 	}

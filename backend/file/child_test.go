@@ -1,0 +1,208 @@
+package file
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/resilience"
+)
+
+// childEnv selects a child process's role; childArgs carries its
+// arguments as JSON.
+const (
+	childEnv  = "HERDGUARD_FILE_CHILD"
+	childArgs = "HERDGUARD_FILE_ARGS"
+)
+
+type childConfig struct {
+	Dir       string        `json:"dir"`
+	Namespace string        `json:"ns"`
+	Key       string        `json:"key"`
+	Heartbeat time.Duration `json:"heartbeat"`
+	Lease     time.Duration `json:"lease"`
+	// Pipeline children (pipeline_test.go).
+	Callers int           `json:"callers,omitempty"`
+	Keys    []string      `json:"keys,omitempty"`
+	Sleep   time.Duration `json:"sleep,omitempty"`
+	Loads   string        `json:"loads,omitempty"` // file the loads are appended to
+}
+
+// child is a running child process and its stdout, line by line.
+type child struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+// startChild starts this test binary in role; it is killed at the test's
+// end if still running.
+func startChild(t *testing.T, role string, cfg childConfig) *child {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(cfg)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+role, childArgs+"="+string(b))
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, lines: make(chan string, 64)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(c.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-done
+		_ = cmd.Wait()
+	})
+	return c
+}
+
+// expect waits for the child's next line that starts with prefix and
+// returns it.
+func (c *child) expect(t *testing.T, prefix string, within time.Duration) string {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("child exited before printing %q", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("child did not print %q within %v", prefix, within)
+		}
+	}
+}
+
+// childMain runs a child's role and returns its exit code.
+func childMain(role string) int {
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(os.Getenv(childArgs)), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	var err error
+	switch role {
+	case "hold":
+		err = childHold(cfg)
+	case "subscribe":
+		err = childSubscribe(cfg)
+	case "watch":
+		err = childWatch(cfg)
+	case "pipeline":
+		err = childPipeline(cfg)
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	return 0
+}
+
+func openChild(cfg childConfig) (*Shared, error) {
+	b, err := New(cfg.Dir, Options{Sweep: -1})
+	if err != nil {
+		return nil, err
+	}
+	return b.open(resilience.BackendScope{Namespace: cfg.Namespace, Heartbeat: cfg.Heartbeat})
+}
+
+// childHold takes the lock, beats, prints "acquired <fence>" and waits to
+// be killed; when a beat finds the lease lost it tries to write back and
+// prints "lost <Save's error>".
+func childHold(cfg childConfig) error {
+	s, err := openChild(cfg)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	l, err := s.TryAcquire(ctx, cfg.Key, cfg.Lease)
+	if err != nil {
+		return err
+	}
+	lost := make(chan error, 1)
+	l.KeepAlive(ctx, func(err error) { lost <- err })
+	fmt.Printf("acquired %d\n", l.Fence())
+	<-lost
+	_, err = s.Save(ctx, cfg.Key, []byte("late"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true})
+	fmt.Printf("lost %v\n", errors.Is(err, cache.ErrLockLost))
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent ends
+	return nil
+}
+
+// childSubscribe prints "ready" once subscribed and "woke" when notified.
+func childSubscribe(cfg childConfig) error {
+	s, err := openChild(cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ch, stop := s.Subscribe(cfg.Key)
+	defer stop()
+	fmt.Println("ready")
+	select {
+	case <-ch:
+		fmt.Println("woke")
+		return nil
+	case <-time.After(time.Minute):
+		return errors.New("not woken")
+	}
+}
+
+// childWatch prints "ready" once watching and "write <hex key> <origin>"
+// for the first announcement.
+func childWatch(cfg childConfig) error {
+	s, err := openChild(cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	got := make(chan string, 1)
+	stop := s.Watch(func(key, origin string) {
+		select {
+		case got <- hex.EncodeToString([]byte(key)) + " " + origin:
+		default:
+		}
+	}, func() {})
+	defer stop()
+	fmt.Println("ready")
+	select {
+	case w := <-got:
+		fmt.Println("write", w)
+		return nil
+	case <-time.After(time.Minute):
+		return errors.New("no announcement")
+	}
+}

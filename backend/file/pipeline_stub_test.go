@@ -1,0 +1,3 @@
+package file
+
+func childPipeline(childConfig) error { return nil }
