@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -452,4 +451,3 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-var _ = syscall.SIGKILL
