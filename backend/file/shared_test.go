@@ -450,4 +450,3 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("held lock after sweep: %v", err)
 	}
 }
-
