@@ -119,6 +119,8 @@ func childMain(role string) int {
 		err = childSubscribe(cfg)
 	case "watch":
 		err = childWatch(cfg)
+	case "waker":
+		err = childWaker(cfg)
 	case "pipeline":
 		err = childPipeline(cfg)
 	default:

@@ -19,7 +19,7 @@
 //	  v/<hash>   values: a header (fence, until, key) and the bytes
 //	  l/<hash>.lock   flocked by a lock's holder for as long as it holds it
 //	  l/<hash>.state  the lock's grant: token, fence, expiry, last beat
-//	  e/<hash>.note   replaced to wake the key's waiters (Notify)
+//	  e/<hash>.note   written to wake the key's waiters (Notify)
 //	  e/a-...         one file per announcement (Announce)
 //
 // # Values
@@ -34,8 +34,11 @@
 // A holder keeps an exclusive flock(2) on the key's lock file for as long
 // as it holds the lease; the grant itself (token, fence, expiry, last beat,
 // and how long after the last beat the holder counts as dead) is in the
-// state file. Every change to a state file happens under an flock on the
-// namespace's mutex file, held for the few system calls of the change.
+// state file. Every read and change of a state file happens under an flock
+// on the namespace's mutex file, held for the few system calls of the
+// change; state files and the fence counter are written in place (a
+// crash in the middle leaves a torn state, which the next TryAcquire
+// takes over).
 //
 // TryAcquire takes the lock file's flock without waiting, then reads the
 // state under the mutex:
@@ -76,7 +79,8 @@
 // # Waking
 //
 // On Linux, one inotify watch per opened namespace on its e/ directory
-// delivers notes and announcements as they are renamed into place. On
+// delivers notes as they are written and announcements as they are
+// renamed into place. On
 // other systems the directory is polled every [Options.Poll]. When the
 // watch has to be set up again (the directory was deleted, the kernel's
 // event queue overflowed), every subscriber is woken and every watcher's

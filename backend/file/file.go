@@ -279,6 +279,26 @@ func (s *Shared) writeAtomic(path string, data []byte) error {
 	return err
 }
 
+// writeInPlace overwrites path with data. For files read only under the
+// mutex (lock states, the fence counter), and for notes: cheaper than
+// creating a file. A crash in the middle leaves a torn file, which
+// readers take as foreign (a state) or as 0 (the counter; the clock keeps
+// fences growing).
+func (s *Shared) writeInPlace(path string, data []byte) error {
+	f, err := s.openCreate(path, os.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Truncate(int64(len(data)))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms

@@ -82,7 +82,7 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 			flocked: got,
 			pid:     os.Getpid(),
 		}
-		return s.writeAtomic(spath, next.encode())
+		return s.writeInPlace(spath, next.encode())
 	})
 	if err != nil || busy {
 		_ = fd.Close()
@@ -105,10 +105,12 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 // Inspect implements [lock.Locker]: key is held when its grant is
 // unexpired and its holder beat within the time it declared.
 func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
-	if err := ctx.Err(); err != nil {
-		return false, 0, err
-	}
-	st, err := readState(filepath.Join(s.lockDir(), hashName(key)+".state"))
+	var st state
+	err := s.withMutex(ctx, func() error {
+		var err error
+		st, err = readState(filepath.Join(s.lockDir(), hashName(key)+".state"))
+		return err
+	})
 	if err != nil {
 		return false, 0, &lock.BackendError{Op: "inspect", Err: err}
 	}
@@ -134,7 +136,7 @@ func (s *Shared) Release(ctx context.Context, key, token string) error {
 		}
 		held = st.granted(nowMicro())
 		st.token, st.flocked, st.pid = "", false, 0
-		return s.writeAtomic(spath, st.encode())
+		return s.writeInPlace(spath, st.encode())
 	})
 	if err != nil {
 		return &lock.BackendError{Op: "release", Err: err}
@@ -168,7 +170,7 @@ func (s *Shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		if !st.flocked {
 			st.flocked = s.upgrade(token, filepath.Join(s.lockDir(), h+".lock"))
 		}
-		return s.writeAtomic(spath, st.encode())
+		return s.writeInPlace(spath, st.encode())
 	})
 	if err != nil {
 		return &lock.BackendError{Op: "extend", Err: err}

@@ -110,7 +110,7 @@ func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 				return err
 			}
 			st.token, st.flocked, st.pid = "", false, 0
-			if err := s.writeAtomic(spath, st.encode()); err != nil {
+			if err := s.writeInPlace(spath, st.encode()); err != nil {
 				return err
 			}
 			released = true
@@ -152,7 +152,7 @@ func (s *Shared) NextFence(ctx context.Context, key string, revoke bool) (int64,
 		if revoke && st.token != "" {
 			st.token, st.flocked, st.pid = "", false, 0
 			st.fence = fence
-			return s.writeAtomic(spath, st.encode())
+			return s.writeInPlace(spath, st.encode())
 		}
 		return nil
 	})
@@ -179,7 +179,7 @@ func (s *Shared) nextFenceLocked(key string, st state) (int64, error) {
 	if fence > maxFence {
 		return 0, errors.New("fences exhausted")
 	}
-	if err := s.writeAtomic(cpath, fmt.Appendf(nil, "%d\n", fence)); err != nil {
+	if err := s.writeInPlace(cpath, fmt.Appendf(nil, "%d\n", fence)); err != nil {
 		return 0, err
 	}
 	return fence, nil

@@ -25,15 +25,14 @@ const (
 	announcePrefix = "a-"
 )
 
-// Notify implements [resilience.Shared]: it replaces key's note file (a
-// temporary file renamed over it), which wakes key's subscribers in every
-// process.
+// Notify implements [resilience.Shared]: it writes key's note file, which
+// wakes key's subscribers in every process.
 func (s *Shared) Notify(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	path := filepath.Join(s.eventDir(), hashName(key)+noteSuffix)
-	if err := s.writeAtomic(path, []byte(randHex(4))); err != nil {
+	if err := s.writeInPlace(path, []byte(randHex(4))); err != nil {
 		return fmt.Errorf("file: notify: %w", err)
 	}
 	return nil

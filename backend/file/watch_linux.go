@@ -13,7 +13,7 @@ import (
 // forcePoll makes views poll instead of using inotify (tests).
 var forcePoll = false
 
-const watchMask = syscall.IN_MOVED_TO | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_ONLYDIR
+const watchMask = syscall.IN_MOVED_TO | syscall.IN_CLOSE_WRITE | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_ONLYDIR
 
 // inotifyWatch is an inotify instance watching the event directory.
 type inotifyWatch struct{ f *os.File }
