@@ -37,11 +37,13 @@ type childConfig struct {
 	Keys    []string      `json:"keys,omitempty"`
 	Sleep   time.Duration `json:"sleep,omitempty"`
 	Loads   string        `json:"loads,omitempty"` // file the loads are appended to
+	Loop    bool          `json:"loop,omitempty"`  // call until a second line on stdin
 }
 
 // child is a running child process and its stdout, line by line.
 type child struct {
 	cmd   *exec.Cmd
+	stdin io.WriteCloser
 	lines chan string
 }
 
@@ -62,10 +64,14 @@ func startChild(t *testing.T, role string, cfg childConfig) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, lines: make(chan string, 64)}
+	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -78,6 +84,7 @@ func startChild(t *testing.T, role string, cfg childConfig) *child {
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
+		_ = stdin.Close()
 		<-done
 		_ = cmd.Wait()
 	})
