@@ -17,7 +17,8 @@ import (
 // keeps failing opens it, and an open breaker stops the retries at once),
 // each attempt gets its own Timeout, and the lock's watchdog keeps the lease
 // while the backoff sleeps. The flight's deadline, or for [Pipeline.Do] the
-// caller's context and CallTimeout, bounds everything.
+// caller's context and CallTimeout, bounds everything: a backoff that would
+// end after that deadline is not slept, and the last error returns at once.
 type RetrySettings struct {
 	// MaxAttempts is the most attempts, the first included.
 	// default: 3
