@@ -30,6 +30,11 @@ var (
 // RedisClient is the part of a go-redis client that [Redis] uses. Both
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
 // satisfy it.
+//
+// The batch methods ([Redis.GetMany], [Redis.SetMany]) send their commands in one round trip:
+// through the client's ProcessBatch(ctx, []redis.Cmder) error method when
+// it has one (the pipeline's auto-pipelining client does), else through
+// its Pipeline method, else one command at a time.
 type RedisClient interface {
 	redis.Scripter
 	HGet(ctx context.Context, key, field string) *redis.StringCmd

@@ -13,16 +13,6 @@ import (
 	"github.com/herdguard/herdguard/internal/rscript"
 )
 
-// BatchClient is a [RedisClient] that can send many commands in one round
-// trip (a pipeline). [Redis.GetMany] and [Redis.SetMany] use it when the
-// client has it; otherwise they use the client's Pipeline, if it has one,
-// or send one command at a time.
-type BatchClient interface {
-	// ProcessBatch sends cmds in one round trip and returns once each
-	// holds its reply or error, or with ctx's error when ctx ends first.
-	ProcessBatch(ctx context.Context, cmds []redis.Cmder) error
-}
-
 // Got is one key's answer from [Redis.GetMany]: as [Redis.Get] returns it.
 type Got[V any] struct {
 	Entry     Entry[V]

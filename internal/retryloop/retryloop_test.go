@@ -172,6 +172,7 @@ func TestRun_dropAndCancel(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	p, c := policy(3)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var dropped []int
 	attempt, _ := script(c, Next{Retry: true})
 	// Canceled while waiting after the first attempt: its outcome was
@@ -183,6 +184,7 @@ func TestRun_dropAndCancel(t *testing.T) {
 	}
 	// Without drop, the last outcome comes back.
 	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
 	v, err = Run(ctx, p, attempt, nil)
 	if v != 1 || !errors.Is(err, errBusy) {
 		t.Fatalf("Run = (%d, %v), want the first attempt's (1, errBusy)", v, err)
