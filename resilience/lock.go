@@ -228,13 +228,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		ctx, wsp = p.tel.Start(ctx, telemetry.SpanLockWait)
 		defer wsp.End()
 	}
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.lockCfg.Poll),
-		backoff.WithMultiplier(1.5),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(time.Second),
-		backoff.WithMaxElapsedTime(0), // bounded by MaxWait below, not by the backoff
-	)
+	bo := p.pollBackOff()
 	look := lookNow
 	select {
 	case <-woken: // announced since the read that missed
@@ -305,4 +299,17 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		t.Stop()
 		look = true
 	}
+}
+
+// pollBackOff paces the looks of a caller waiting for a key (or keys)
+// another holds locked: from Poll, growing 1.5 times, jittered, up to a
+// second. MaxWait bounds the wait, not the backoff.
+func (p *Pipeline[V]) pollBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(p.lockCfg.Poll),
+		backoff.WithMultiplier(1.5),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMaxInterval(time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
 }

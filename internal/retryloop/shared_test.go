@@ -17,7 +17,7 @@ func TestShared(t *testing.T) {
 	// Files whose backoff schedule retries nothing.
 	polls := map[string]bool{
 		"resilience/lock.go": true, // paces the polls of a key another caller holds locked
-		"resilience/many.go": true, // the same, for a batch
+		"resilience/many.go": true, // the same, for a batch (lock.go's pollBackOff)
 	}
 	root := filepath.Join("..", "..")
 	runs := map[string]bool{} // package directory -> calls retryloop.Run
