@@ -20,22 +20,20 @@ import (
 // Policy bounds the attempts of one [Run]. Its fields are used as they
 // are: defaults are the caller's business.
 type Policy struct {
-	// MaxAttempts is the most attempts, the first included; below 2, Run
-	// makes one attempt.
-	MaxAttempts int
-	// Initial is the first backoff interval; each next one is Multiplier
-	// times longer, up to Max, and spread at random over
-	// [i*(1-RandomizationFactor), i*(1+RandomizationFactor)].
-	Initial             time.Duration
-	Multiplier          float64
-	RandomizationFactor float64
-	Max                 time.Duration
+	MaxAttempts int // the most attempts, the first included; below 2, one
+
+	// The backoff: Initial, then each interval Multiplier times the last,
+	// up to Max, each spread at random over [i*(1-r), i*(1+r)] for r the
+	// RandomizationFactor.
+	Initial, Max                    time.Duration
+	Multiplier, RandomizationFactor float64
+
 	// MaxElapsed, if positive, stops the attempts when the next one would
-	// start later than this after the first one.
-	MaxElapsed time.Duration
-	// MaxHint, if positive, is the longest hint honoured: an attempt that
-	// asks for a longer wait ends the attempts.
-	MaxHint time.Duration
+	// start later than this after the first one; MaxHint, if positive, is
+	// the longest hint honoured: an attempt that asks for a longer wait
+	// ends the attempts.
+	MaxElapsed, MaxHint time.Duration
+
 	// Now and Sleep are the loop's clock: time.Now and [Sleep] when nil.
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error

@@ -4,55 +4,30 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/herdguard/herdguard/internal/retryloop/retrytest"
 )
 
 var errBusy = errors.New("busy")
 
-// clock is a fake clock: it stands still except in Sleep, which returns
-// at once and moves it forward by what it was asked to wait. It records
-// those waits.
-type clock struct {
-	mu    sync.Mutex
-	at    time.Time
-	waits []time.Duration
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at
-}
-
-func (c *clock) sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.waits = append(c.waits, d)
-	c.at = c.at.Add(d)
-	return nil
-}
-
 // policy is a policy on a fake clock that starts now (so that real
 // context deadlines mean something to it), with millisecond backoffs.
-func policy(attempts int) (*Policy, *clock) {
-	c := &clock{at: time.Now()}
+func policy(attempts int) (*Policy, *retrytest.Clock) {
+	c := retrytest.New(time.Now())
 	return &Policy{MaxAttempts: attempts, Initial: time.Millisecond, Multiplier: 2,
-		RandomizationFactor: 0.5, Max: 2 * time.Millisecond, Now: c.now, Sleep: c.sleep}, c
+		RandomizationFactor: 0.5, Max: 2 * time.Millisecond, Now: c.Now, Sleep: c.Sleep}, c
 }
 
 // script returns an attempt that answers with outs in turn (the last one
 // for ever), and the times, on c, at which it was called.
-func script(c *clock, outs ...Next) (func(int) (int, Next, error), *[]time.Time) {
+func script(c *retrytest.Clock, outs ...Next) (func(int) (int, Next, error), *[]time.Time) {
 	var at []time.Time
 	return func(n int) (int, Next, error) {
-		at = append(at, c.now())
+		at = append(at, c.Now())
 		o := outs[min(n, len(outs))-1]
 		if !o.Retry && o.Wait == 0 && n == len(outs) {
 			return n, o, nil
@@ -70,8 +45,8 @@ func TestRun_hintHonoured(t *testing.T) {
 	if v != 2 || err != nil {
 		t.Fatalf("Run = (%d, %v), want the second attempt's (2, nil)", v, err)
 	}
-	if want := []time.Duration{time.Second}; !slices.Equal(c.waits, want) {
-		t.Errorf("waits = %v, want %v: the hint, longer than the backoff", c.waits, want)
+	if want := []time.Duration{time.Second}; !slices.Equal(c.Waits(), want) {
+		t.Errorf("waits = %v, want %v: the hint, longer than the backoff", c.Waits(), want)
 	}
 	if gap := (*at)[1].Sub((*at)[0]); gap < time.Second {
 		t.Errorf("second attempt came %v after the first, want at least 1s", gap)
@@ -86,8 +61,8 @@ func TestRun_hintShorterThanBackoff(t *testing.T) {
 	if _, err := Run(context.Background(), p, attempt, nil); err != nil {
 		t.Fatal(err)
 	}
-	if want := []time.Duration{time.Second}; !slices.Equal(c.waits, want) {
-		t.Errorf("waits = %v, want %v: the backoff, longer than the hint", c.waits, want)
+	if want := []time.Duration{time.Second}; !slices.Equal(c.Waits(), want) {
+		t.Errorf("waits = %v, want %v: the backoff, longer than the hint", c.Waits(), want)
 	}
 }
 
@@ -97,8 +72,8 @@ func TestRun_hintPastMaxHintStops(t *testing.T) {
 	p.MaxHint = time.Second
 	attempt, at := script(c, Next{Retry: true, Wait: 2 * time.Second}, Next{})
 	v, err := Run(context.Background(), p, attempt, nil)
-	if v != 1 || !errors.Is(err, errBusy) || len(*at) != 1 || len(c.waits) != 0 {
-		t.Fatalf("Run = (%d, %v) after %d attempts and waits %v; want the first attempt's outcome, at once", v, err, len(*at), c.waits)
+	if v != 1 || !errors.Is(err, errBusy) || len(*at) != 1 || len(c.Waits()) != 0 {
+		t.Fatalf("Run = (%d, %v) after %d attempts and waits %v; want the first attempt's outcome, at once", v, err, len(*at), c.Waits())
 	}
 }
 
@@ -109,8 +84,8 @@ func TestRun_hintPastDeadlineStops(t *testing.T) {
 	defer cancel()
 	attempt, at := script(c, Next{Retry: true, Wait: 2 * time.Minute}, Next{})
 	v, err := Run(ctx, p, attempt, nil)
-	if v != 1 || !errors.Is(err, errBusy) || len(*at) != 1 || len(c.waits) != 0 {
-		t.Fatalf("Run = (%d, %v) after %d attempts and waits %v; want the first attempt's outcome, without waiting", v, err, len(*at), c.waits)
+	if v != 1 || !errors.Is(err, errBusy) || len(*at) != 1 || len(c.Waits()) != 0 {
+		t.Fatalf("Run = (%d, %v) after %d attempts and waits %v; want the first attempt's outcome, without waiting", v, err, len(*at), c.Waits())
 	}
 	if ctx.Err() != nil {
 		t.Fatal("Run returned after the deadline")
@@ -124,8 +99,8 @@ func TestRun_backoffPastDeadlineStops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	attempt, at := script(c, Next{Retry: true}, Next{})
-	if _, err := Run(ctx, p, attempt, nil); !errors.Is(err, errBusy) || len(*at) != 1 || len(c.waits) != 0 {
-		t.Fatalf("err = %v after %d attempts and waits %v; want errBusy, at once", err, len(*at), c.waits)
+	if _, err := Run(ctx, p, attempt, nil); !errors.Is(err, errBusy) || len(*at) != 1 || len(c.Waits()) != 0 {
+		t.Fatalf("err = %v after %d attempts and waits %v; want errBusy, at once", err, len(*at), c.Waits())
 	}
 }
 
@@ -139,7 +114,7 @@ func TestRun_noRetryStops(t *testing.T) {
 		v, _, _ := attempt(n)
 		return v, Next{}, errBusy // a permanent error: not worth another attempt
 	}, nil)
-	if !errors.Is(err, errBusy) || calls != 1 || len(*at) != 1 || len(c.waits) != 0 {
+	if !errors.Is(err, errBusy) || calls != 1 || len(*at) != 1 || len(c.Waits()) != 0 {
 		t.Fatalf("err = %v after %d attempts; want errBusy after 1", err, calls)
 	}
 }
@@ -150,8 +125,8 @@ func TestRun_maxAttempts(t *testing.T) {
 		p, c := policy(n)
 		attempt, at := script(c, Next{Retry: true})
 		v, err := Run(context.Background(), p, attempt, nil)
-		if v != n || !errors.Is(err, errBusy) || len(*at) != n || len(c.waits) != n-1 {
-			t.Errorf("MaxAttempts %d: Run = (%d, %v) after %d attempts, %d waits", n, v, err, len(*at), len(c.waits))
+		if v != n || !errors.Is(err, errBusy) || len(*at) != n || len(c.Waits()) != n-1 {
+			t.Errorf("MaxAttempts %d: Run = (%d, %v) after %d attempts, %d waits", n, v, err, len(*at), len(c.Waits()))
 		}
 	}
 }

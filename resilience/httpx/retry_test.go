@@ -19,7 +19,7 @@ func TestTransport_retryAfterSpacesAttempts(t *testing.T) {
 	var hits []time.Time
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		hits = append(hits, clock.now())
+		hits = append(hits, clock.Now())
 		n := len(hits)
 		mu.Unlock()
 		if n == 1 {
@@ -43,7 +43,7 @@ func TestTransport_retryAfterSpacesAttempts(t *testing.T) {
 	if gap := hits[1].Sub(hits[0]); gap < time.Second {
 		t.Errorf("second attempt came %v after the first, want at least the Retry-After's 1s", gap)
 	}
-	if waits, want := clock.waited(), []time.Duration{time.Second}; !slices.Equal(waits, want) {
+	if waits, want := clock.Waits(), []time.Duration{time.Second}; !slices.Equal(waits, want) {
 		t.Errorf("waits = %v, want %v", waits, want)
 	}
 	tr.checkClosed(t)
@@ -69,8 +69,8 @@ func TestTransport_retryAfterPastDeadline(t *testing.T) {
 		t.Fatalf("err = %v, want the 503 itself", err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 503 || u.hits.Load() != 1 || len(clock.waited()) != 0 {
-		t.Errorf("status %d after %d hits and waits %v; want the first 503, without waiting", resp.StatusCode, u.hits.Load(), clock.waited())
+	if resp.StatusCode != 503 || u.hits.Load() != 1 || len(clock.Waits()) != 0 {
+		t.Errorf("status %d after %d hits and waits %v; want the first 503, without waiting", resp.StatusCode, u.hits.Load(), clock.Waits())
 	}
 	if ctx.Err() != nil {
 		t.Error("the request ended after its deadline")

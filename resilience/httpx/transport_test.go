@@ -74,7 +74,7 @@ func TestTransport_retryAfter(t *testing.T) {
 				t.Fatalf("upstream hits = %d, want %d", n, tt.hits)
 			}
 			tr.checkClosed(t)
-			waits := clock.waited()
+			waits := clock.Waits()
 			if tt.hits == 1 {
 				if code != tt.status || len(waits) != 0 {
 					t.Errorf("status = %d after waits %v, want the upstream's %d returned as is, at once", code, waits, tt.status)
@@ -113,7 +113,7 @@ func TestTransport_maxElapsed(t *testing.T) {
 	if n := u.hits.Load(); n != 3 {
 		t.Errorf("upstream hits = %d, want 3", n)
 	}
-	if waits, want := clock.waited(), []time.Duration{2 * time.Second, 2 * time.Second}; !slices.Equal(waits, want) {
+	if waits, want := clock.Waits(), []time.Duration{2 * time.Second, 2 * time.Second}; !slices.Equal(waits, want) {
 		t.Errorf("waits = %v, want %v", waits, want)
 	}
 	tr.checkClosed(t)
