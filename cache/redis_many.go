@@ -49,8 +49,8 @@ func (r *Redis[V]) GetMany(ctx context.Context, keys []string) ([]Got[V], error)
 }
 
 // Write is one entry for [Redis.SetMany]: as [Redis.Set] writes it
-// without Token, as [Redis.SetHeld] with it, and as [Redis.Commit] with
-// Token and Release.
+// without Token; with Token, only while the lock holds it ([ErrLockLost]
+// otherwise), and with Release too, as [Redis.Commit] writes it.
 type Write[V any] struct {
 	Key     string
 	Entry   Entry[V]

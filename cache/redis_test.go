@@ -400,7 +400,7 @@ func TestRedis_cluster(t *testing.T) {
 	}
 }
 
-func TestRedis_SetHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
+func TestRedis_setHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
 	r := newStore[string](t, RedisOptions{})
 	ctx := testCtx(t)
 	lockKey := r.keys.Lock("k")
@@ -408,8 +408,8 @@ func TestRedis_SetHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
 	if err := rdb.HSet(ctx, lockKey, "t", "tok-a").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if stored, err := r.SetHeld(ctx, "k", entry("a", 7), "tok-a"); err != nil || !stored {
-		t.Fatalf("SetHeld() by the holder = %v, %v; want true, nil", stored, err)
+	if stored, err := r.setHeld(ctx, "k", entry("a", 7), "tok-a"); err != nil || !stored {
+		t.Fatalf("setHeld() by the holder = %v, %v; want true, nil", stored, err)
 	}
 	for _, lose := range []struct {
 		name string
@@ -422,9 +422,9 @@ func TestRedis_SetHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
 		if err := lose.do(); err != nil {
 			t.Fatal(err)
 		}
-		stored, err := r.SetHeld(ctx, "k", entry("late "+lose.name, 9), "tok-a")
+		stored, err := r.setHeld(ctx, "k", entry("late "+lose.name, 9), "tok-a")
 		if stored || !errors.Is(err, ErrLockLost) {
-			t.Fatalf("%s: SetHeld() = %v, %v; want false, ErrLockLost", lose.name, stored, err)
+			t.Fatalf("%s: setHeld() = %v, %v; want false, ErrLockLost", lose.name, stored, err)
 		}
 		_ = rdb.Del(ctx, lockKey)
 	}
