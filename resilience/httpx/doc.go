@@ -75,4 +75,12 @@
 //
 // A request that bypasses the cache, and a response the cache does not
 // keep, go through the other stages as usual.
+//
+// # Exported names
+//
+// Users of the transport need [New], [NewClient], [Transport] and its
+// methods, [Options] with the Default* constants it names, the policies
+// they may reuse or wrap ([IsIdempotent], [DefaultCacheKey]), [Breakers]
+// for health reports, and the errors they match ([ErrInvalidOptions],
+// [ErrTimeout], [ErrFallback], [StatusError]).
 package httpx
