@@ -19,7 +19,8 @@
 // without a pipeline, need [NewMemory], [MemoryOptions], [Memory]'s methods
 // (Set, Find, Lookup, Delete, Clear, Len), [NewRedis], [RedisOptions],
 // [RedisClient], [Redis]'s reads and writes (Get, GetMany, Set, SetMany,
-// Write, Invalidate, Commit, Delete), the value types they exchange
+// Write, Invalidate, Commit, Delete) and its count of unusable values
+// (Corrupted), the value types they exchange
 // ([Entry], [Freshness] with Fresh, Stale and Miss, [Hit], [Got], [Write],
 // [WriteOptions], [Written]) and [DefaultMaxEntries].
 //
@@ -32,9 +33,8 @@
 // [ErrLockLost], [ErrCodec] and [ErrDecrypt].
 //
 // The pipeline itself also uses [Redis.Decode] (a value the lock's script
-// read along with the lock), [Redis.Corrupted] (for its corrupt-data
-// metric), [Hit]'s FreshFor and LoadDuration (early refresh) and [Jitter]
-// (TTL spread): they live here because they are the store's to know, and
+// read along with the lock), [Hit]'s FreshFor and LoadDuration (early
+// refresh) and [Jitter] (TTL spread): they live here because they are the store's to know, and
 // stay exported because package resilience is another package.
 //
 // Implementers of a backend other than Redis (resilience.Backend) need
