@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,21 +21,10 @@ type user struct {
 }
 
 // testCtx returns a context that bounds one test's Redis calls.
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t *testing.T) context.Context { return redistest.Context(t, 10*time.Second) }
 
-// namespaces counts the namespaces handed out by namespace.
-var namespaces atomic.Int64
-
-// namespace returns a namespace for t's keys on the package server that no
-// other test uses, nor another run of t in this process (go test -count).
-func namespace(t *testing.T) string {
-	return fmt.Sprintf("%s#%d", t.Name(), namespaces.Add(1))
-}
+// namespace returns a namespace for t's keys on the package server.
+func namespace(t *testing.T) string { return redistest.Namespace(t) }
 
 // newStore returns a store on the package server in a namespace of its own.
 func newStore[V any](t *testing.T, o RedisOptions) *Redis[V] {
