@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,9 +18,7 @@ import (
 type Cluster struct {
 	nodes []*Server
 
-	mu      sync.Mutex // guards clients and closed
-	clients []*redis.ClusterClient
-	closed  bool
+	clients clients[*redis.ClusterClient]
 }
 
 // StartCluster starts a cluster of n masters (at least 3) for one test and
@@ -35,17 +32,8 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 // cleanup with tb, which quotes the nodes' logs if the test failed.
 func startCluster(tb testing.TB, n int, newFn func(int) (*Cluster, func(), error)) *Cluster {
 	tb.Helper()
-	c, closeFn, err := newFn(n)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			tb.Logf("redis cluster %v:\n%s", c.Addrs(), c.logs())
-		}
-		closeFn()
-	})
-	return c
+	return start(tb, func() (*Cluster, func(), error) { return newFn(n) },
+		func(c *Cluster) string { return fmt.Sprintf("redis cluster %v:\n%s", c.Addrs(), c.logs()) })
 }
 
 // NewCluster starts a cluster of n masters (at least 3) without a
@@ -163,15 +151,7 @@ func (c *Cluster) Client(opts ...func(*redis.ClusterOptions)) *redis.ClusterClie
 	for _, f := range opts {
 		f(o)
 	}
-	cc := redis.NewClusterClient(o)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		_ = cc.Close()
-		return cc
-	}
-	c.clients = append(c.clients, cc)
-	return cc
+	return c.clients.add(redis.NewClusterClient(o))
 }
 
 func (c *Cluster) logs() string {
@@ -184,14 +164,7 @@ func (c *Cluster) logs() string {
 
 // close kills every node and closes the clients.
 func (c *Cluster) close() {
-	c.mu.Lock()
-	c.closed = true
-	clients := c.clients
-	c.clients = nil
-	c.mu.Unlock()
-	for _, cc := range clients {
-		_ = cc.Close()
-	}
+	c.clients.close()
 	for _, s := range c.nodes {
 		s.close()
 	}
