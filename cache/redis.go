@@ -132,9 +132,13 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 
 // Decode turns the bytes stored for key (read by a script of the
 // caller's, such as package lock's TryAcquireOrGet) into an entry and its
-// freshness now, as [Redis.Get] would: bytes that do not decode are a
-// [Miss], counted and reported to OnCorrupt.
+// freshness now, as [Redis.Get] would: nil (nothing stored) is a [Miss];
+// bytes that do not decode are a Miss too, counted and reported to
+// OnCorrupt.
 func (r *Redis[V]) Decode(key string, raw []byte) (Entry[V], Freshness) {
+	if raw == nil {
+		return Entry[V]{}, Miss
+	}
 	e, err := r.decode(key, raw)
 	if err != nil {
 		r.corrupt(key, err)

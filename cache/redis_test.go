@@ -448,3 +448,14 @@ func TestRedis_codecPanics_areCodecErrors(t *testing.T) {
 		t.Fatalf("OnCorrupt got %v, want one ErrCodec", corrupt)
 	}
 }
+
+// TestRedis_Decode_nilIsAMiss: nothing stored is a miss, not corrupt data.
+func TestRedis_Decode_nilIsAMiss(t *testing.T) {
+	r := newStore[string](t, RedisOptions{})
+	if e, f := r.Decode("k", nil); f != Miss || e.Value != "" {
+		t.Fatalf("Decode(nil) = %+v, %v; want a miss", e, f)
+	}
+	if n := r.Corrupted(); n != 0 {
+		t.Fatalf("Corrupted() = %d after Decode(nil), want 0", n)
+	}
+}

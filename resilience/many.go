@@ -518,11 +518,7 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 	for i, k := range keys {
 		out := outs[k]
 		lk := looks[i]
-		var e cache.Entry[V]
-		f := cache.Miss
-		if lk.Value != nil {
-			e, f = p.l2.Decode(k, lk.Value)
-		}
+		e, f := p.l2.Decode(k, lk.Value)
 		if f == cache.Stale {
 			out.o.stale, out.o.hasStale = e, true
 		}
@@ -706,11 +702,7 @@ func (p *Pipeline[V]) lookAgain(ctx context.Context, woken, pending []string, lo
 			continue
 		}
 		lk := looks[i]
-		var e cache.Entry[V]
-		f := cache.Miss
-		if lk.Value != nil {
-			e, f = p.l2.Decode(k, lk.Value)
-		}
+		e, f := p.l2.Decode(k, lk.Value)
 		switch {
 		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
 			p.fillL1(k, e, out.o)
