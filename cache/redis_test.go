@@ -47,6 +47,8 @@ func entry[V any](v V, fence int64) Entry[V] {
 	}
 }
 
+// TestNewRedis_invalid parallels lock's: each package checks its own
+// constructor's options and messages.
 func TestNewRedis_invalid(t *testing.T) {
 	tests := []struct {
 		name    string

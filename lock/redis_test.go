@@ -56,6 +56,8 @@ func lockKeys(t *testing.T, c redis.UniversalClient, l *Redis) []string {
 	return keys
 }
 
+// TestNewRedis_invalid parallels cache's: each package checks its own
+// constructor's options and messages.
 func TestNewRedis_invalid(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -14,6 +14,8 @@ import (
 	"github.com/herdguard/herdguard/resilience/httpx"
 )
 
+// The retry tests below share their shape (upstream script, client, one
+// request, hits): each is one scenario, kept whole so that a failure names it.
 func TestTransport_retries503ThenSucceeds(t *testing.T) {
 	u := newUpstream(t,
 		reply{status: 503, body: "busy"},
