@@ -44,7 +44,8 @@
 // carries).
 //
 // The pipeline also uses the one-round-trip forms ([Redis.TryAcquireOrGet],
-// [Look] and the batch methods), [MarkNotifier] and [NotifierHooks]
+// [Look] and the batch methods), the notifiers' Mark and SubscribeSince
+// (a look first, a subscription only to wait) and [NotifierHooks]
 // (subscriptions that survive a lost connection, and health): they are
 // the lock's to know, and stay exported because package resilience is
 // another package.

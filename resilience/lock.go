@@ -88,6 +88,15 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 	return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
 }
 
+// markNotifier is a notifier with marks (both of package lock's are): the
+// leader takes a mark before its look, and subscribes only when it must
+// wait, losing no announcement made in between.
+type markNotifier interface {
+	lock.Notifier
+	Mark() uint64
+	SubscribeSince(key string, mark uint64) (<-chan struct{}, func())
+}
+
 // subscribe subscribes to key's announcements for a wait, given the
 // notifier's mark taken before the look that found the lock held: an
 // announcement delivered since then signals the channel at once. Looks
@@ -95,7 +104,7 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 // wake-up. lookNow says the notifier keeps no marks: look once before
 // waiting.
 func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{}, unsubscribe func(), lookNow bool) {
-	if mn, ok := p.notifier.(lock.MarkNotifier); ok {
+	if mn, ok := p.notifier.(markNotifier); ok {
 		woken, unsubscribe = mn.SubscribeSince(key, mark)
 		return woken, unsubscribe, false
 	}
