@@ -60,12 +60,12 @@ type Pipeline[V any] struct {
 	// rlock is the Redis lock (nil in the embedded default): its looks
 	// read the value and try the lock in one round trip, and its leases
 	// announce on release; without it the pipeline notifies itself.
-	rlock   *lock.Redis
+	rlock *lock.Redis
 	// shared is the Backend's view (nil with Redis, or in the embedded
 	// default); dbSystem names it on spans.
 	shared   Shared
 	dbSystem []attribute.KeyValue
-	lockCfg LockSettings
+	lockCfg  LockSettings
 
 	br        *breaker.Breaker
 	retry     *RetrySettings
