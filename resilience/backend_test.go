@@ -187,8 +187,9 @@ func TestBackend_revokedLease_writeRefused(t *testing.T) {
 // failing is a Backend whose views fail every call while down is set.
 type failing struct {
 	m    backendtest.Memory
-	down atomic.Bool
-	slow atomic.Bool // calls block until their context ends instead
+	down     atomic.Bool
+	lockDown atomic.Bool // TryAcquire alone fails
+	slow     atomic.Bool // calls block until their context ends instead
 }
 
 var errDown = errors.New("backend down")
@@ -218,6 +219,9 @@ func (v *failingView) fail(ctx context.Context) error {
 }
 
 func (v *failingView) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*lock.Lease, error) {
+	if v.f.lockDown.Load() {
+		return nil, &lock.BackendError{Op: "acquire", Err: errDown}
+	}
 	if err := v.fail(ctx); err != nil {
 		return nil, &lock.BackendError{Op: "acquire", Err: err}
 	}
@@ -262,41 +266,53 @@ func (v *failingView) Ping(ctx context.Context) error {
 // A backend that fails costs no caller its value: every call loads
 // without it (failing open), Get and GetMany alike.
 func TestBackend_failing_everyCallerGetsItsValue(t *testing.T) {
-	f := &failing{}
-	f.down.Store(true)
-	p := buildOver(t, overMemory("down", f).Timeout(time.Second))
-	c := &perKey{delay: 5 * time.Millisecond}
-	keys := coldKeys("d", 20)
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Go(func() {
-			if i%2 == 0 {
-				res, err := p.GetMany(context.Background(), keys, c.loadMany)
-				for _, k := range keys {
-					if err != nil || res[k].Value != "v-"+k || !res[k].FailedOpen {
-						t.Errorf("GetMany: %q = %+v, %v", k, res[k], err)
+	for _, tc := range []struct {
+		name           string
+		many, lockOnly bool
+	}{{"Get", false, false}, {"GetMany", true, false}, {"Get/lock", false, true}, {"GetMany/lock", true, true}} {
+		many := tc.many
+		t.Run(tc.name, func(t *testing.T) {
+			f := &failing{}
+			f.down.Store(!tc.lockOnly)
+			f.lockDown.Store(tc.lockOnly)
+			p := buildOver(t, overMemory("down", f).Timeout(time.Second))
+			c := &perKey{delay: 5 * time.Millisecond}
+			keys := coldKeys("d", 20)
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Go(func() {
+					if many {
+						res, err := p.GetMany(context.Background(), keys, c.loadMany)
+						for _, k := range keys {
+							if err != nil || res[k].Value != "v-"+k || !res[k].FailedOpen && res[k].Source != resilience.SourceL1 {
+								t.Errorf("GetMany: %q = %+v, %v", k, res[k], err)
+							}
+						}
+						return
 					}
-				}
+					for _, k := range keys {
+						r, err := p.GetResult(context.Background(), k, c.load)
+						if err != nil || r.Value != "v-"+k || !r.FailedOpen && r.Source != resilience.SourceL1 {
+							t.Errorf("GetResult(%q) = %+v, %v", k, r, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if tc.lockOnly {
 				return
 			}
-			for _, k := range keys {
-				r, err := p.GetResult(context.Background(), k, c.load)
-				if err != nil || r.Value != "v-"+k {
-					t.Errorf("GetResult(%q) = %+v, %v", k, r, err)
-				}
+			if err := p.Check(context.Background()); !errors.Is(err, errDown) {
+				t.Fatalf("Check of a failing backend = %v", err)
+			}
+			var ce *resilience.CheckError
+			if err := p.Check(context.Background()); !errors.As(err, &ce) {
+				t.Fatalf("Check's error is %T, want *CheckError", err)
+			}
+			if _, ok := p.Health().Breakers["backend"]; !ok {
+				t.Fatalf("Health has no backend breaker: %v", p.Health().Breakers)
 			}
 		})
-	}
-	wg.Wait()
-	if err := p.Check(context.Background()); !errors.Is(err, errDown) {
-		t.Fatalf("Check of a failing backend = %v", err)
-	}
-	var ce *resilience.CheckError
-	if err := p.Check(context.Background()); !errors.As(err, &ce) {
-		t.Fatalf("Check's error is %T, want *CheckError", err)
-	}
-	if _, ok := p.Health().Breakers["backend"]; !ok {
-		t.Fatalf("Health has no backend breaker: %v", p.Health().Breakers)
 	}
 }
 
