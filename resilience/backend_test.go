@@ -186,7 +186,7 @@ func TestBackend_revokedLease_writeRefused(t *testing.T) {
 
 // failing is a Backend whose views fail every call while down is set.
 type failing struct {
-	m    backendtest.Memory
+	m        backendtest.Memory
 	down     atomic.Bool
 	lockDown atomic.Bool // TryAcquire alone fails
 	slow     atomic.Bool // calls block until their context ends instead
