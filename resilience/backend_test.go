@@ -2,6 +2,7 @@ package resilience_test
 
 import (
 	"bytes"
+	"slices"
 	"context"
 	"errors"
 	"fmt"
@@ -12,11 +13,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/backendtest"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/resilience"
+	"github.com/herdguard/herdguard/telemetry"
 )
 
 // buildOver builds b and closes the pipeline with the test.
@@ -469,5 +474,41 @@ func TestBackend_build_refusesBadConfig(t *testing.T) {
 		if p != nil {
 			_ = p.Close()
 		}
+	}
+}
+
+// L2 spans name the backend's system, and Health its watch.
+func TestBackend_spansAndHealth(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	var m backendtest.Memory
+	p := buildOver(t, overMemory("spans", &m).TracerProvider(tp))
+	if _, err := p.Get(context.Background(), "k", func(context.Context, string) (string, error) { return "v", nil }); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, sp := range rec.Ended() {
+		if sp.Name() != telemetry.SpanL2 && sp.Name() != telemetry.SpanWriteBack {
+			continue
+		}
+		sys := ""
+		for _, a := range sp.Attributes() {
+			switch a.Key {
+			case telemetry.DBSystemName:
+				sys = a.Value.AsString()
+			case telemetry.DBOperationName:
+				ops = append(ops, a.Value.AsString())
+			}
+		}
+		if sys != "memory" {
+			t.Errorf("span %s has db.system.name %q, want memory", sp.Name(), sys)
+		}
+	}
+	if !slices.Contains(ops, "Load") || !slices.Contains(ops, "Save") {
+		t.Errorf("L2 spans' operations: %v, want Load and Save", ops)
+	}
+	if h := p.Health(); !h.Subscribed || h.Breakers["backend"] != breaker.Closed {
+		t.Errorf("Health = %+v, want subscribed and the backend breaker closed", h)
 	}
 }

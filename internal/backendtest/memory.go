@@ -93,6 +93,14 @@ var _ resilience.Shared = (*view)(nil)
 // System names the backend on spans.
 func (v *view) System() string { return "memory" }
 
+// Subscribed reports whether the view has a watch: in memory, a watch is
+// up as soon as it is made.
+func (v *view) Subscribed() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return !v.closed && len(v.mine) > 0
+}
+
 func (v *view) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
