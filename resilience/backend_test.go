@@ -2,11 +2,11 @@ package resilience_test
 
 import (
 	"bytes"
-	"slices"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
