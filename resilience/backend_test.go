@@ -512,3 +512,16 @@ func TestBackend_spansAndHealth(t *testing.T) {
 		t.Errorf("Health = %+v, want subscribed and the backend breaker closed", h)
 	}
 }
+
+type refusing struct{}
+
+var errRefused = errors.New("no database")
+
+func (refusing) Open(resilience.BackendScope) (resilience.Shared, error) { return nil, errRefused }
+
+func TestBackend_build_openFails(t *testing.T) {
+	p, err := resilience.New[string]("x").Cache(time.Minute).Backend(refusing{}).Build()
+	if p != nil || !errors.Is(err, errRefused) {
+		t.Fatalf("Build = %v, %v; want Open's error", p, err)
+	}
+}
