@@ -13,13 +13,11 @@ import (
 	"github.com/herdguard/herdguard/resilience"
 )
 
-// Open opens a view of the backend under test for scope s. Views opened
-// with the same namespace share their keys, locks and announcements, as
-// the views of different processes do. Run closes each view it opens.
-type Open func(t *testing.T, s resilience.BackendScope) resilience.Shared
-
 // Run checks the contract of [resilience.Shared] on the views open
-// returns. Each check uses namespaces of its own, so a persistent backend
+// returns. open opens a view of the backend under test for scope s; views
+// opened with the same namespace must share their keys, locks and
+// announcements, as the views of different processes do. Run closes each
+// view it opens. Each check uses namespaces of its own, so a persistent backend
 // may run it against one database or directory, repeatedly.
 func Run(t *testing.T, open func(t *testing.T, s resilience.BackendScope) resilience.Shared) {
 	t.Helper()
