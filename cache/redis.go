@@ -5,8 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,7 +16,7 @@ var (
 	// StaleUntil (and Expires) has already passed: there is nothing left
 	// to store.
 	ErrExpiredEntry = errors.New("cache: entry already past its stale-until time")
-	// ErrLockLost is returned by [Redis.SetHeld] when the writer's lock no
+	// ErrLockLost is returned by [Redis.Commit] when the writer's lock no
 	// longer holds its token: its lease was taken over, expired, or lost
 	// with Redis's keys. Nothing was written.
 	ErrLockLost = errors.New("cache: lock lost; value not written")
@@ -30,6 +28,11 @@ var (
 // RedisClient is the part of a go-redis client that [Redis] uses. Both
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
 // satisfy it.
+//
+// The batch methods ([Redis.GetMany], [Redis.SetMany]) send their commands in one round trip:
+// through the client's ProcessBatch(ctx, []redis.Cmder) error method when
+// it has one (the pipeline's auto-pipelining client does), else through
+// its Pipeline method, else one command at a time.
 type RedisClient interface {
 	redis.Scripter
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
@@ -76,12 +79,9 @@ var setScript = redis.NewScript(setSource)
 // share a Redis Cluster hash slot (see package lock). Redis is safe for
 // concurrent use.
 type Redis[V any] struct {
-	client    RedisClient
-	keys      rkey.Space
-	codec     Codec
-	onCorrupt func(key string, err error)
-	corrupted atomic.Uint64
-	ring      *Keyring // nil: entries in clear
+	client RedisClient
+	keys   rkey.Space
+	coder[V]
 }
 
 // NewRedis returns a store that keeps its entries in Redis through client.
@@ -94,14 +94,12 @@ func NewRedis[V any](client RedisClient, o RedisOptions) (*Redis[V], error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	codec := o.Codec
-	if codec == nil {
-		codec = JSON
-	}
 	if o.Encrypt != nil && !o.Encrypt.usable() {
 		return nil, errors.New("cache: Encrypt: the keyring holds no keys; build it with NewKeyring")
 	}
-	return &Redis[V]{client: client, keys: keys, codec: codec, onCorrupt: o.OnCorrupt, ring: o.Encrypt}, nil
+	r := &Redis[V]{client: client, keys: keys}
+	r.init(o.Codec, o.Encrypt, keys.Value, o.OnCorrupt)
+	return r, nil
 }
 
 // Get returns the entry for key and how fresh it is, in one round trip. A
@@ -127,78 +125,11 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 
 // Decode turns the bytes stored for key (read by a script of the
 // caller's, such as package lock's TryAcquireOrGet) into an entry and its
-// freshness now, as [Redis.Get] would: bytes that do not decode are a
-// [Miss], counted and reported to OnCorrupt.
+// freshness now, as [Redis.Get] would: nil (nothing stored) is a [Miss];
+// bytes that do not decode are a Miss too, counted and reported to
+// OnCorrupt.
 func (r *Redis[V]) Decode(key string, raw []byte) (Entry[V], Freshness) {
-	e, err := r.decode(key, raw)
-	if err != nil {
-		r.corrupt(key, err)
-		return Entry[V]{}, Miss
-	}
-	f := e.FreshnessAt(time.Now())
-	if f == Miss {
-		return Entry[V]{}, Miss
-	}
-	return e, f
-}
-
-func (r *Redis[V]) decode(key string, raw []byte) (Entry[V], error) {
-	raw, err := r.open(key, raw)
-	if err != nil {
-		return Entry[V]{}, err
-	}
-	env, err := decodeEnvelope(raw)
-	if err != nil {
-		return Entry[V]{}, err
-	}
-	e := Entry[V]{
-		NotFound:     env.notFound,
-		Written:      env.written,
-		Expires:      env.expires,
-		StaleUntil:   env.staleUntil,
-		LoadDuration: env.loadDuration,
-		Fence:        env.fence,
-	}
-	if !env.notFound {
-		if err := r.unmarshal(env.payload, &e.Value); err != nil {
-			return Entry[V]{}, err
-		}
-	}
-	return e, nil
-}
-
-// unmarshal runs the codec, turning a failure or a panic (a custom
-// UnmarshalJSON, say) into an error matching [ErrCodec].
-func (r *Redis[V]) unmarshal(b []byte, v *V) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: decode panicked: %v", ErrCodec, p)
-		}
-	}()
-	if err := r.codec.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%w: decode: %w", ErrCodec, err)
-	}
-	return nil
-}
-
-// marshal is unmarshal's twin for encoding.
-func (r *Redis[V]) marshal(v V) (b []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: encode panicked: %v", ErrCodec, p)
-		}
-	}()
-	if b, err = r.codec.Marshal(v); err != nil {
-		return nil, fmt.Errorf("%w: encode: %w", ErrCodec, err)
-	}
-	return b, nil
-}
-
-func (r *Redis[V]) corrupt(key string, err error) {
-	r.corrupted.Add(1)
-	if r.onCorrupt != nil {
-		r.onCorrupt(key, err)
-	}
+	return r.decodeAt(key, raw)
 }
 
 // Corrupted returns how many reads found bytes that did not decode.
@@ -218,22 +149,23 @@ func (r *Redis[V]) Set(ctx context.Context, key string, e Entry[V]) (stored bool
 	return r.set(ctx, key, e, "", false)
 }
 
-// SetHeld is [Redis.Set] for the holder of key's lock (a lock.Redis lease
-// of the same prefix and namespace, with e.Fence its fence and token its
-// token): in the same round trip it checks that the lock still holds
-// token, and writes nothing, returning [ErrLockLost], when it does not. A
-// holder whose lease was taken over, or lost when Redis lost its keys,
-// therefore never writes back a value loaded before a newer one.
-func (r *Redis[V]) SetHeld(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
+// setHeld is [Redis.Set] for the holder of key's lock, without Commit's
+// release and announcement.
+func (r *Redis[V]) setHeld(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
 		return false, fmt.Errorf("cache: set %q: empty lock token", key)
 	}
 	return r.set(ctx, key, e, token, false)
 }
 
-// Commit is [Redis.SetHeld] that also releases the lock and announces key
-// on the namespace's channel (as package lock's notifier hears it), in the
-// same round trip: the holder's last step. The lock is released whether
+// Commit is [Redis.Set] for the holder of key's lock (a lock.Redis lease
+// of the same prefix and namespace, with e.Fence its fence and token its
+// token): in the same round trip it checks that the lock still holds
+// token, and writes nothing, returning [ErrLockLost], when it does not (a
+// holder whose lease was taken over, or lost when Redis lost its keys,
+// therefore never writes back a value loaded before a newer one), then
+// releases the lock and announces key on the namespace's channel (as
+// package lock's notifier hears it): the holder's last step. The lock is released whether
 // the write won or a newer entry refused it; on [ErrLockLost] nothing is
 // written, released or announced. The holder's lease object must then be
 // told it is released (lock's Lease.Forget) so that its watchdog stops.

@@ -5,23 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/internal/rscript"
 )
-
-// BatchClient is a [RedisClient] that can send many commands in one round
-// trip (a pipeline). [Redis.GetMany] and [Redis.SetMany] use it when the
-// client has it; otherwise they use the client's Pipeline, if it has one,
-// or send one command at a time.
-type BatchClient interface {
-	// ProcessBatch sends cmds in one round trip and returns once each
-	// holds its reply or error, or with ctx's error when ctx ends first.
-	ProcessBatch(ctx context.Context, cmds []redis.Cmder) error
-}
 
 // Got is one key's answer from [Redis.GetMany]: as [Redis.Get] returns it.
 type Got[V any] struct {
@@ -59,8 +48,8 @@ func (r *Redis[V]) GetMany(ctx context.Context, keys []string) ([]Got[V], error)
 }
 
 // Write is one entry for [Redis.SetMany]: as [Redis.Set] writes it
-// without Token, as [Redis.SetHeld] with it, and as [Redis.Commit] with
-// Token and Release.
+// without Token; with Token, only while the lock holds it ([ErrLockLost]
+// otherwise), and with Release too, as [Redis.Commit] writes it.
 type Write[V any] struct {
 	Key     string
 	Entry   Entry[V]
@@ -121,27 +110,9 @@ func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) (
 	if release && token == "" {
 		return nil, fmt.Errorf("cache: commit %q: empty lock token", key)
 	}
-	until := e.StaleUntil
-	if until.Before(e.Expires) {
-		until = e.Expires
-	}
-	ttl := time.Until(until)
-	if ttl <= 0 {
-		return nil, fmt.Errorf("cache: set %q: %w", key, ErrExpiredEntry)
-	}
-	env := envelope{
-		notFound:     e.NotFound,
-		written:      e.Written,
-		expires:      e.Expires,
-		staleUntil:   until,
-		loadDuration: max(e.LoadDuration, 0),
-		fence:        e.Fence,
-	}
-	if !e.NotFound {
-		var err error
-		if env.payload, err = r.marshal(e.Value); err != nil {
-			return nil, fmt.Errorf("cache: set %q: %w", key, err)
-		}
+	raw, _, ttl, err := r.encode("set", key, e, e.Fence)
+	if err != nil {
+		return nil, err
 	}
 	ms := rkey.Millis(ttl)
 	channel := ""
@@ -149,7 +120,7 @@ func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) (
 		channel = r.keys.Channel()
 	}
 	return []any{2, r.keys.Value(key), r.keys.Lock(key),
-		strconv.FormatInt(e.Fence, 10), r.seal(key, encodeEnvelope(env)), ms,
+		strconv.FormatInt(e.Fence, 10), raw, ms,
 		rkey.FieldFence, rkey.FieldData, token,
 		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key}, nil
 }
