@@ -193,9 +193,7 @@ func TestFencesIncrease(t *testing.T) {
 	if f != 8000000000000001 {
 		t.Fatalf("fence after counter 8e15 = %d", f)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	removeDir(t, dir)
 	f, err = s.NextFence(ctx, "k", false)
 	if err != nil {
 		t.Fatal(err)
@@ -376,9 +374,7 @@ func TestDirectoryRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	removeDir(t, dir)
 	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token()}); !errors.Is(err, cache.ErrLockLost) {
 		t.Fatalf("Save of a vanished grant = %v, want ErrLockLost", err)
 	}
@@ -449,4 +445,21 @@ func TestSweep(t *testing.T) {
 	if _, err := s.TryAcquire(ctx, "held", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("held lock after sweep: %v", err)
 	}
+}
+
+// removeDir removes dir while processes may be writing into it: it is
+// renamed away first (processes then see it gone at once) and removed.
+func removeDir(t *testing.T, dir string) {
+	t.Helper()
+	gone := dir + ".gone-" + randHex(4)
+	if err := os.Rename(dir, gone); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if err := os.RemoveAll(gone); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("could not remove %s", gone)
 }

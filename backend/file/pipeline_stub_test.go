@@ -1,3 +1,0 @@
-package file
-
-func childPipeline(childConfig) error { return nil }
