@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -247,9 +248,24 @@ func TestPipelineDirectoryRemoved(t *testing.T) {
 	goAll(t, cs)
 	for range 5 {
 		time.Sleep(300 * time.Millisecond)
-		removeDir(t, dir+"/hg")
+		if _, err := os.Stat(dir + "/hg"); err == nil {
+			removeDir(t, dir+"/hg")
+		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The processes heard that the directory went (their caches were
+	// dropped) and wrote their values into it again: well before their
+	// in-process copies would have expired on their own (a minute).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		vs, _ := filepath.Glob(dir + "/hg/ns-*/v/*")
+		if len(vs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no value written after the directory was removed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	goAll(t, cs) // stop
 	total := 0
 	for _, c := range cs {
