@@ -1,3 +1,5 @@
+//go:build unix
+
 package file
 
 import (
@@ -59,7 +61,7 @@ func startChild(t *testing.T, role string, cfg childConfig) *child {
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+role, childArgs+"="+string(b))
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -12,3 +12,6 @@ func (s *Shared) watchLoop(any) {
 }
 
 func (s *Shared) stopWatch() {}
+
+// forcePoll is always in effect here.
+var forcePoll = true
