@@ -82,6 +82,7 @@ type Redis[V any] struct {
 	onCorrupt func(key string, err error)
 	corrupted atomic.Uint64
 	ring      *Keyring // nil: entries in clear
+	channel   any      // the announcement channel, boxed once for set.lua
 }
 
 // NewRedis returns a store that keeps its entries in Redis through client.
@@ -101,7 +102,7 @@ func NewRedis[V any](client RedisClient, o RedisOptions) (*Redis[V], error) {
 	if o.Encrypt != nil && !o.Encrypt.usable() {
 		return nil, errors.New("cache: Encrypt: the keyring holds no keys; build it with NewKeyring")
 	}
-	return &Redis[V]{client: client, keys: keys, codec: codec, onCorrupt: o.OnCorrupt, ring: o.Encrypt}, nil
+	return &Redis[V]{client: client, keys: keys, codec: codec, onCorrupt: o.OnCorrupt, ring: o.Encrypt, channel: keys.Channel()}, nil
 }
 
 // Get returns the entry for key and how fresh it is, in one round trip. A
