@@ -152,7 +152,9 @@ func (c *deadlineCtx) Err() error {
 	return context.DeadlineExceeded
 }
 
-func (b *batcher) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+// eval sends an EVAL-family command. name is any, so that the constant
+// names of the callers are boxed at compile time.
+func (b *batcher) eval(ctx context.Context, name any, payload string, keys []string, args []any) *redis.Cmd {
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, name, payload, len(keys))
 	for _, k := range keys {
@@ -244,8 +246,8 @@ func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
 		return nil
 	}
 	budget := b.timeout
-	if d, ok := ctx.Value(budgetKey{}).(time.Duration); ok {
-		budget = d
+	if d, ok := ctx.Value(budgetKey{}).(*time.Duration); ok {
+		budget = *d
 	} else if dl, ok := ctx.Deadline(); ok {
 		budget = time.Until(dl)
 	}
