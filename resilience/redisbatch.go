@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -75,6 +76,16 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
 		// The caller sends the batch that holds its own command (unless
 		// another sender took it first), then hands what queued meanwhile
 		// to a goroutine, so that it is not kept sending others' batches.
+		//
+		// It first lets the goroutines already runnable go ahead, which
+		// costs a lone command next to nothing: in a burst they queue
+		// their commands, and the first batch carries the burst instead
+		// of going out with a handful while thousands of callers queue
+		// behind the reply. Across processes, the looks of a cold key
+		// then reach Redis in the order the processes got through their
+		// bursts, so its lock goes to one that is ready to load, not to
+		// one whose reply would wait behind its own burst.
+		runtime.Gosched()
 		if b.send() {
 			// The goroutine ends when it finds the queue empty.
 			go b.drain()
