@@ -79,8 +79,9 @@ var setScript = redis.NewScript(setSource)
 // share a Redis Cluster hash slot (see package lock). Redis is safe for
 // concurrent use.
 type Redis[V any] struct {
-	client RedisClient
-	keys   rkey.Space
+	client  RedisClient
+	keys    rkey.Space
+	channel any // the announcement channel, boxed once for set.lua
 	coder[V]
 }
 
@@ -97,7 +98,7 @@ func NewRedis[V any](client RedisClient, o RedisOptions) (*Redis[V], error) {
 	if o.Encrypt != nil && !o.Encrypt.usable() {
 		return nil, errors.New("cache: Encrypt: the keyring holds no keys; build it with NewKeyring")
 	}
-	r := &Redis[V]{client: client, keys: keys}
+	r := &Redis[V]{client: client, keys: keys, channel: keys.Channel()}
 	r.init(o.Codec, o.Encrypt, keys.Value, o.OnCorrupt)
 	return r, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -115,12 +114,14 @@ func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) (
 		return nil, err
 	}
 	ms := rkey.Millis(ttl)
-	channel := ""
+	var channel any = ""
 	if release {
-		channel = r.keys.Channel()
+		channel = r.channel
 	}
+	// The fence goes as an int64, which go-redis writes in decimal: the
+	// script reads the string it would have been.
 	return []any{2, r.keys.Value(key), r.keys.Lock(key),
-		strconv.FormatInt(e.Fence, 10), raw, ms,
+		e.Fence, raw, ms,
 		rkey.FieldFence, rkey.FieldData, token,
 		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key}, nil
 }
