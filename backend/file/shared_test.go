@@ -476,3 +476,24 @@ func removeDir(t *testing.T, dir string) {
 	}
 	t.Fatalf("could not remove %s", gone)
 }
+
+// TestSweepKeepsFlockedLockFile: a lock file whose grant was revoked but
+// whose old holder still has its flock is not removed (a holder of a
+// removed file would exclude nobody who opens the path afterwards).
+func TestSweepKeepsFlockedLockFile(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, "", "sweepflock", time.Second)
+	l, err := s.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if _, err := s.NextFence(ctx, "k", true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	s.sweep(time.Millisecond)
+	if _, err := os.Stat(filepath.Join(s.lockDir(), hashName("k")+".lock")); err != nil {
+		t.Fatalf("lock file of a flocked, revoked grant: %v", err)
+	}
+}
