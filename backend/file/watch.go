@@ -188,62 +188,78 @@ func (s *Shared) closed() bool {
 	}
 }
 
+// pollState is what the poller saw at its last look.
+type pollState struct {
+	notes map[string]os.FileInfo
+	seen  map[string]bool // announcements
+}
+
+// pollSnapshot takes the poller's first look, before Subscribe or Watch
+// returns: what is there then is old, and whatever comes later is new.
+func (s *Shared) pollSnapshot() *pollState {
+	ps := &pollState{notes: make(map[string]os.FileInfo), seen: make(map[string]bool)}
+	s.pollOnce(ps, false)
+	return ps
+}
+
 // pollLoop watches the event directory by listing it every s.poll: where
 // inotify is not available.
-func (s *Shared) pollLoop() {
+func (s *Shared) pollLoop(ps *pollState) {
+	if ps == nil {
+		ps = s.pollSnapshot()
+	}
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
-	notes := make(map[string]os.FileInfo)
-	seen := make(map[string]bool)
-	first, failed := true, false
 	for {
-		ents, err := os.ReadDir(s.eventDir())
-		if err != nil {
-			failed = true
-			_ = s.mkdirs()
-		} else {
-			now := make(map[string]bool, len(ents))
-			for _, e := range ents {
-				name := e.Name()
-				switch {
-				case strings.HasSuffix(name, noteSuffix):
-					info, err := e.Info()
-					if err != nil {
-						continue
-					}
-					if old, ok := notes[name]; ok && (os.SameFile(old, info) && old.ModTime().Equal(info.ModTime())) {
-						continue
-					}
-					_, had := notes[name]
-					notes[name] = info
-					if had || !first {
-						s.dispatch(name)
-					}
-				case strings.HasPrefix(name, announcePrefix):
-					now[name] = true
-					if !seen[name] {
-						seen[name] = true
-						if !first {
-							s.dispatch(name)
-						}
-					}
-				}
-			}
-			for name := range seen {
-				if !now[name] {
-					delete(seen, name)
-				}
-			}
-			if failed {
-				failed = false
-				s.reset()
-			}
-			first = false
-		}
 		select {
 		case <-t.C:
 		case <-s.done:
 			return
+		}
+		s.pollOnce(ps, true)
+	}
+}
+
+// pollOnce lists the event directory and, with dispatch, delivers what
+// changed since ps.
+func (s *Shared) pollOnce(ps *pollState, dispatch bool) {
+	ents, err := os.ReadDir(s.eventDir())
+	if err != nil {
+		_ = s.mkdirs()
+		if dispatch {
+			s.reset()
+		}
+		return
+	}
+	now := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, noteSuffix):
+			info, err := e.Info()
+			if err != nil {
+				continue
+			}
+			if old, ok := ps.notes[name]; ok && os.SameFile(old, info) && old.ModTime().Equal(info.ModTime()) {
+				continue
+			}
+			ps.notes[name] = info
+			if dispatch {
+				s.dispatch(name)
+			}
+		case strings.HasPrefix(name, announcePrefix):
+			now[name] = true
+			if !ps.seen[name] {
+				ps.seen[name] = true
+				if dispatch {
+					s.dispatch(name)
+				}
+			}
+		}
+	}
+	for name := range ps.seen {
+		if !now[name] {
+			delete(ps.seen, name)
 		}
 	}
 }

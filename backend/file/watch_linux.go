@@ -18,12 +18,12 @@ const watchMask = syscall.IN_MOVED_TO | syscall.IN_CLOSE_WRITE | syscall.IN_DELE
 // inotifyWatch is an inotify instance watching the event directory.
 type inotifyWatch struct{ f *os.File }
 
-// arm sets up the inotify watch of the event directory; nil when inotify
-// is not available (the loop then polls) or the watch could not be set up
-// yet (the loop retries).
+// arm sets up the inotify watch of the event directory (or, polling, takes
+// the first look); nil when inotify is not available (the loop then polls)
+// or the watch could not be set up yet (the loop retries).
 func (s *Shared) arm() any {
 	if forcePoll {
-		return nil
+		return s.pollSnapshot()
 	}
 	w, err := s.newInotify()
 	if err != nil {
@@ -68,8 +68,8 @@ func (s *Shared) stopWatch() {
 // cannot be had at all it polls.
 func (s *Shared) watchLoop(src any) {
 	defer s.wg.Done()
-	if forcePoll {
-		s.pollLoop()
+	if ps, ok := src.(*pollState); ok {
+		s.pollLoop(ps)
 		return
 	}
 	w, _ := src.(*inotifyWatch)
@@ -77,7 +77,7 @@ func (s *Shared) watchLoop(src any) {
 		// Is inotify there at all (not out of instances, say)?
 		fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
 		if err != nil {
-			s.pollLoop()
+			s.pollLoop(nil)
 			return
 		}
 		_ = syscall.Close(fd)

@@ -2,13 +2,14 @@
 
 package file
 
-// arm has nothing to set up where the directory is polled.
-func (s *Shared) arm() any { return nil }
+// arm takes the poller's first look.
+func (s *Shared) arm() any { return s.pollSnapshot() }
 
 // watchLoop polls the event directory.
-func (s *Shared) watchLoop(any) {
+func (s *Shared) watchLoop(src any) {
 	defer s.wg.Done()
-	s.pollLoop()
+	ps, _ := src.(*pollState)
+	s.pollLoop(ps)
 }
 
 func (s *Shared) stopWatch() {}
