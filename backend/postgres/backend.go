@@ -32,6 +32,8 @@ type Backend struct {
 	pool *pgxpool.Pool
 	o    Options
 	q    queries
+	// listen configures the LISTEN connections.
+	listen *pgx.ConnConfig
 	// lockID is the advisory lock key that serializes Migrate.
 	lockID int64
 
@@ -42,7 +44,8 @@ type Backend struct {
 var _ resilience.Backend = (*Backend)(nil)
 
 // New returns a Backend that keeps its tables in the database pool talks
-// to. It does not touch the database: the tables and functions are
+// to. It fails when pool is nil or o is not valid (a ListenDSN that does
+// not parse). It does not touch the database: the tables and functions are
 // created by [Backend.Migrate], which the first operation runs when no
 // call to it has succeeded yet.
 func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
@@ -53,8 +56,15 @@ func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	listen := pool.Config().ConnConfig.Copy()
+	if o.ListenDSN != "" {
+		if listen, err = pgx.ParseConfig(o.ListenDSN); err != nil {
+			return nil, fmt.Errorf("postgres: ListenDSN: %w", err)
+		}
+	}
 	sum := sha256.Sum256([]byte("herdguard migrate " + o.Schema + "." + o.Prefix))
-	return &Backend{pool: pool, o: o, q: newQueries(o), lockID: int64(binary.BigEndian.Uint64(sum[:8]))}, nil
+	return &Backend{pool: pool, o: o, q: newQueries(o), listen: listen,
+		lockID: int64(binary.BigEndian.Uint64(sum[:8]))}, nil
 }
 
 // System returns "postgresql", the OpenTelemetry db.system.name of the
@@ -148,6 +158,7 @@ func newQueries(o Options) queries {
 		"{clock_us}", name("clock_us"), "{acquire}", name("acquire"),
 		"{save}", name("save"), "{next_fence}", name("next_fence"),
 		"{persistence}", persistence,
+		"{lock_wait}", fmt.Sprintf("'%dms'", lockWait.Milliseconds()),
 		"{version}", "'"+schemaVersion+"'",
 	)
 	lockT, valueT := name("lock"), name("value")

@@ -14,9 +14,15 @@ import (
 	"github.com/herdguard/herdguard/lock"
 )
 
-// cleanupTimeout bounds the token-checked release that follows an acquire
-// whose outcome is unknown.
-const cleanupTimeout = time.Second
+const (
+	// cleanupTimeout bounds each token-checked release that follows an
+	// acquire whose outcome is unknown.
+	cleanupTimeout = time.Second
+	// lockWait bounds how long a statement waits for a row lock
+	// (lock_timeout, set by the functions): past it, a statement whose
+	// client gave up can no longer grant the lock.
+	lockWait = time.Second
+)
 
 // TryAcquire implements [lock.Locker] in one statement (one round trip):
 // it takes key's lock, or takes it over from a holder whose last beat is
@@ -27,20 +33,24 @@ const cleanupTimeout = time.Second
 //
 // When the outcome is unknown (ctx ended or the connection broke while
 // the statement was in flight), the lock is released by its token on a
-// goroutine of its own, for up to a second, so that no lock is orphaned;
-// Close waits for it. If the database cannot be reached for it, the lock
-// never beats and is taken over two beats later.
+// goroutine of its own, so that no lock is orphaned: at once, and, if the
+// token did not hold it yet, again once the statement can no longer have
+// waited for the row (the server may still be running it: it does not
+// notice at once that its client left). Close waits for it, two seconds
+// at most. If the database cannot be reached for it, the lock never beats
+// and is taken over two beats later.
 func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration) (*lock.Lease, error) {
 	if key == "" || lease <= 0 {
-		return nil, fmt.Errorf("lock: acquire %q: key must not be empty and lease must be positive", key)
+		return nil, fmt.Errorf("lock: acquire %q: key must not be empty and lease must be positive", shortKey(key))
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
+		return nil, fmt.Errorf("lock: acquire %q: %w", shortKey(key), err)
 	}
 	if err := s.b.ready(ctx); err != nil {
 		return nil, lockErr(ctx, "acquire", key, err)
 	}
 	tok := newToken()
+	start := time.Now()
 	beat := min(s.heartbeat, lease/3)
 	var fence int64
 	var how int
@@ -51,7 +61,7 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 			s.cleanups.Add(1)
 			go func() { // ends with the release, bounded by cleanupTimeout
 				defer s.cleanups.Done()
-				s.cleanup(key, tok)
+				s.cleanup(key, tok, start)
 			}()
 		}
 		return nil, lockErr(ctx, "acquire", key, err)
@@ -63,12 +73,22 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 		Heartbeat: beat, TookOver: how == 2}), nil
 }
 
-// cleanup releases key's lock if tok holds it, on a context of its own:
-// the caller's may be the very reason the outcome is unknown.
-func (s *shared) cleanup(key, tok string) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	_ = s.Release(ctx, key, tok)
+// cleanup releases key's lock if tok holds it, on contexts of its own:
+// the caller's may be the very reason the outcome is unknown. An acquire
+// sent at start may still be waiting for the row, up to lockWait: when
+// the first release finds the token not holding the lock, a second one
+// follows past that.
+func (s *shared) cleanup(key, tok string, start time.Time) {
+	release := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		return s.Release(ctx, key, tok)
+	}
+	if err := release(); !errors.Is(err, lock.ErrNotHeld) {
+		return // released, or the database fails: the take-over covers it
+	}
+	time.Sleep(time.Until(start.Add(lockWait + 100*time.Millisecond)))
+	_ = release()
 }
 
 // Inspect implements [lock.Locker].
@@ -120,7 +140,7 @@ func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 // [*lock.BackendError] otherwise.
 func lockErr(ctx context.Context, op, key string, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
-		return fmt.Errorf("lock: %s %q: %w", op, key, cerr)
+		return fmt.Errorf("lock: %s %q: %w", op, shortKey(key), cerr)
 	}
 	return &lock.BackendError{Op: op, Err: err}
 }

@@ -167,3 +167,39 @@ func TestLock_errors_contextAndBackend(t *testing.T) {
 		t.Fatal("Load on a failing database: no error")
 	}
 }
+
+func TestLock_TryAcquire_givenUpMidStatement_leavesNoLock(t *testing.T) {
+	f := newFixture(t, Options{})
+	s := f.open("ns", 0)
+	ctx := testCtx(t)
+	l, err := s.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	// Another transaction holds the key's row: the acquire waits for it,
+	// its caller gives up, and the row is let go after, when the server
+	// still runs the acquire for a client that has left.
+	tx, err := s.b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+s.b.q.lockT+" WHERE key = 'k' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = s.TryAcquire(short, "k", time.Minute)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire that waited past its deadline = %v, want DeadlineExceeded", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.cleanups.Wait()
+	if held, _, err := s.Inspect(ctx, "k"); held || err != nil {
+		t.Fatalf("Inspect after the abandoned acquire = %v, %v; want a free lock", held, err)
+	}
+}

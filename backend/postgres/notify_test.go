@@ -150,3 +150,54 @@ func TestAnnouncePayload_fitsAndParses(t *testing.T) {
 		t.Fatalf("wake payload of a long key is %d bytes", len(p))
 	}
 }
+
+func TestRelease_wakesWaitersInEveryProcess(t *testing.T) {
+	f := newFixture(t, Options{})
+	a, b := f.open("ns", 0), f.open("ns", 0)
+	ctx := testCtx(t)
+	waitListening(t, a, b)
+	l, err := a.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, unsub := b.Subscribe("k")
+	defer unsub()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiter in another process was not woken by the release")
+	}
+}
+
+func TestListenDSN_separateConnection(t *testing.T) {
+	s := server(t)
+	ctx := testCtx(t)
+	// A LISTEN connection that cannot be had: waiters are woken every
+	// Poll instead, and the rest works through the pool.
+	bad := newFixture(t, Options{ListenDSN: "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=1",
+		Poll: 20 * time.Millisecond})
+	v := bad.open("ns", 0)
+	wake, unsub := v.Subscribe("k")
+	defer unsub()
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiters not woken by the poll while LISTEN cannot connect")
+	}
+	if err := v.Notify(ctx, "k"); err != nil {
+		t.Fatalf("Notify through the pool: %v", err)
+	}
+	if v.l.listening() {
+		t.Fatal("listening through an unreachable ListenDSN")
+	}
+	// A good one is used.
+	good := newFixture(t, Options{ListenDSN: s.DSN()})
+	w := good.open("ns", 0)
+	waitListening(t, w)
+	if _, err := New(newPool(t), Options{ListenDSN: "::not a dsn"}); err == nil {
+		t.Fatal("New with a ListenDSN that does not parse: no error")
+	}
+}

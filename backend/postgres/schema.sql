@@ -10,6 +10,11 @@
 -- grants: it is the key's fence counter, and a release only clears the
 -- token (an update in place, without index churn).
 --
+-- Row locks are held for one statement each, so waits for them are short;
+-- {lock_wait} bounds them (lock_timeout) all the same, so that a statement
+-- whose client gave up (the server does not notice at once) cannot grant
+-- a lock long after: see the cleanup that follows an unknown outcome.
+--
 -- {value} holds one row per stored value: its fence, its bytes, and when
 -- the store may drop it. Every time is the database's clock.
 
@@ -53,6 +58,7 @@ DECLARE
 	cur {lock}%ROWTYPE;
 	vf  bigint;
 BEGIN
+	PERFORM set_config('lock_timeout', {lock_wait}, true);
 	-- The row must exist before it is locked: two first grants of a key
 	-- then queue on it instead of both inserting.
 	INSERT INTO {lock} AS l (namespace, key, token, fence, expires_at, beat_at, beat_every)
@@ -91,6 +97,7 @@ DECLARE
 	t      timestamptz := clock_timestamp();
 	stored int := 0;
 BEGIN
+	PERFORM set_config('lock_timeout', {lock_wait}, true);
 	IF p_token <> '' THEN
 		PERFORM 1 FROM {lock} AS l
 		WHERE l.namespace = p_ns AND l.key = p_key AND l.token = p_token AND l.expires_at > t
@@ -129,6 +136,7 @@ DECLARE
 	vf  bigint;
 	f   bigint;
 BEGIN
+	PERFORM set_config('lock_timeout', {lock_wait}, true);
 	INSERT INTO {lock} AS l (namespace, key, token, fence, expires_at, beat_at, beat_every)
 	VALUES (p_ns, p_key, NULL, 0, clock_timestamp(), clock_timestamp(), interval '0')
 	ON CONFLICT DO NOTHING;

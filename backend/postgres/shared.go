@@ -57,20 +57,12 @@ var (
 )
 
 func newShared(b *Backend, s resilience.BackendScope) (*shared, error) {
-	cfg := b.pool.Config().ConnConfig.Copy()
-	if b.o.ListenDSN != "" {
-		c, err := pgx.ParseConfig(b.o.ListenDSN)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: ListenDSN: %w", err)
-		}
-		cfg = c
-	}
 	hb := s.Heartbeat
 	if hb == 0 {
 		hb = lock.DefaultHeartbeat
 	}
 	sh := &shared{b: b, ns: s.Namespace, channel: channelOf(b.q.listenName, s.Namespace), heartbeat: hb}
-	sh.l = newListener(cfg, sh.channel, b.o.Poll)
+	sh.l = newListener(b.listen.Copy(), sh.channel, b.o.Poll)
 	sh.stopSweep = startSweeper(b, b.o.Sweep)
 	return sh, nil
 }
@@ -120,7 +112,7 @@ func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 // w.Until, counted on the database's clock from the time left now.
 func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save) (bool, error) {
 	if w.Release && w.Token == "" {
-		return false, fmt.Errorf("postgres: save %q: Release without a Token", key)
+		return false, fmt.Errorf("postgres: save %q: Release without a Token", shortKey(key))
 	}
 	if raw == nil {
 		raw = []byte{}
@@ -137,7 +129,7 @@ func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 		return false, storeErr(ctx, "save", key, err)
 	}
 	if n < 0 {
-		return false, fmt.Errorf("postgres: save %q: %w", key, cache.ErrLockLost)
+		return false, fmt.Errorf("postgres: save %q: %w", shortKey(key), cache.ErrLockLost)
 	}
 	return n == 1, nil
 }
@@ -181,13 +173,21 @@ func (s *shared) Watch(onWrite func(key, origin string), onReset func()) func() 
 	return s.l.watch(onWrite, onReset)
 }
 
+// shortKey is key as errors show it: its first 64 bytes.
+func shortKey(key string) string {
+	if len(key) > 64 {
+		return key[:64] + "..."
+	}
+	return key
+}
+
 // storeErr returns the context's error when ctx has ended, and err
 // wrapped otherwise.
 func storeErr(ctx context.Context, op, key string, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
-		return fmt.Errorf("postgres: %s %q: %w", op, key, cerr)
+		return fmt.Errorf("postgres: %s %q: %w", op, shortKey(key), cerr)
 	}
-	return fmt.Errorf("postgres: %s %q: %w", op, key, err)
+	return fmt.Errorf("postgres: %s %q: %w", op, shortKey(key), err)
 }
 
 // ctxErr is ctx's error, or DeadlineExceeded when its deadline has passed
