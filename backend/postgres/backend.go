@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/resilience"
@@ -113,6 +114,16 @@ func (b *Backend) migrate(ctx context.Context) error {
 		_, err := tx.Exec(ctx, b.q.schema, pgx.QueryExecModeSimpleProtocol)
 		return err
 	})
+}
+
+// lost makes the next operation run Migrate again when err says that a
+// table or function is missing (dropped since, or a database restored
+// without them).
+func (b *Backend) lost(err error) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42883") {
+		b.migrated.Store(false)
+	}
 }
 
 // ready runs Migrate unless it has succeeded.

@@ -47,7 +47,7 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 		return nil, fmt.Errorf("lock: acquire %q: %w", shortKey(key), err)
 	}
 	if err := s.b.ready(ctx); err != nil {
-		return nil, lockErr(ctx, "acquire", key, err)
+		return nil, s.lockErr(ctx, "acquire", key, err)
 	}
 	tok := newToken()
 	start := time.Now()
@@ -64,7 +64,7 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 				s.cleanup(key, tok, start)
 			}()
 		}
-		return nil, lockErr(ctx, "acquire", key, err)
+		return nil, s.lockErr(ctx, "acquire", key, err)
 	}
 	if fence <= 0 {
 		return nil, lock.ErrNotAcquired
@@ -94,7 +94,7 @@ func (s *shared) cleanup(key, tok string, start time.Time) {
 // Inspect implements [lock.Locker].
 func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
 	if err := s.b.ready(ctx); err != nil {
-		return false, 0, lockErr(ctx, "inspect", key, err)
+		return false, 0, s.lockErr(ctx, "inspect", key, err)
 	}
 	var us int64
 	err := s.b.pool.QueryRow(ctx, s.b.q.inspect, s.ns, rowKey(key)).Scan(&us)
@@ -102,7 +102,7 @@ func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 		return false, 0, nil
 	}
 	if err != nil {
-		return false, 0, lockErr(ctx, "inspect", key, err)
+		return false, 0, s.lockErr(ctx, "inspect", key, err)
 	}
 	return true, time.Duration(max(us, 0)) * time.Microsecond, nil
 }
@@ -115,7 +115,7 @@ func (s *shared) Release(ctx context.Context, key, token string) error {
 	var n int64
 	err := s.b.pool.QueryRow(ctx, s.b.q.release, s.ns, rk, token, s.channel, wakePayload(rk)).Scan(&n)
 	if err != nil {
-		return lockErr(ctx, "release", key, err)
+		return s.lockErr(ctx, "release", key, err)
 	}
 	if n == 0 {
 		return lock.ErrNotHeld
@@ -128,7 +128,7 @@ func (s *shared) Release(ctx context.Context, key, token string) error {
 func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
 	tag, err := s.b.pool.Exec(ctx, s.b.q.extend, s.ns, rowKey(key), token, ttl.Microseconds())
 	if err != nil {
-		return lockErr(ctx, "extend", key, err)
+		return s.lockErr(ctx, "extend", key, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return lock.ErrNotHeld
@@ -138,6 +138,11 @@ func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 
 // lockErr returns the context's error when ctx has ended, and a
 // [*lock.BackendError] otherwise.
+func (s *shared) lockErr(ctx context.Context, op, key string, err error) error {
+	s.b.lost(err)
+	return lockErr(ctx, op, key, err)
+}
+
 func lockErr(ctx context.Context, op, key string, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
 		return fmt.Errorf("lock: %s %q: %w", op, shortKey(key), cerr)

@@ -157,3 +157,21 @@ func TestSweep_deletesExpiredRowsInBatches(t *testing.T) {
 		t.Fatalf("after a sweep: %d values, %d lock rows; want the 3 live values and the held lock", values, locks)
 	}
 }
+
+func TestMigrate_againAfterTheTablesWereDropped(t *testing.T) {
+	f := newFixture(t, Options{})
+	s := f.open("ns", 0)
+	ctx := testCtx(t)
+	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Until: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.b.pool.Exec(ctx, "DROP TABLE "+s.b.q.lockT+", "+s.b.q.valueT); err != nil {
+		t.Fatal(err)
+	}
+	// The first operation fails, and the next one finds the tables again.
+	_, _ = s.Load(ctx, "k")
+	eventually(t, "tables created again", func() bool {
+		_, err := s.Save(ctx, "k", []byte("v"), cache.Save{Until: time.Now().Add(time.Minute)})
+		return err == nil
+	})
+}

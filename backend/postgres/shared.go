@@ -85,7 +85,7 @@ func (s *shared) Close() error {
 // Ping checks that the database answers through the pool.
 func (s *shared) Ping(ctx context.Context) error {
 	if err := s.b.pool.Ping(ctx); err != nil {
-		return storeErr(ctx, "ping", "", err)
+		return s.storeErr(ctx, "ping", "", err)
 	}
 	return nil
 }
@@ -93,7 +93,7 @@ func (s *shared) Ping(ctx context.Context) error {
 // Load implements [cache.Store].
 func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 	if err := s.b.ready(ctx); err != nil {
-		return nil, storeErr(ctx, "load", key, err)
+		return nil, s.storeErr(ctx, "load", key, err)
 	}
 	var data []byte
 	err := s.b.pool.QueryRow(ctx, s.b.q.load, s.ns, rowKey(key)).Scan(&data)
@@ -101,7 +101,7 @@ func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, storeErr(ctx, "load", key, err)
+		return nil, s.storeErr(ctx, "load", key, err)
 	}
 	return data, nil
 }
@@ -118,7 +118,7 @@ func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 		raw = []byte{}
 	}
 	if err := s.b.ready(ctx); err != nil {
-		return false, storeErr(ctx, "save", key, err)
+		return false, s.storeErr(ctx, "save", key, err)
 	}
 	ttl := time.Until(w.Until).Microseconds()
 	rk := rowKey(key)
@@ -126,7 +126,7 @@ func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 	err := s.b.pool.QueryRow(ctx, s.b.q.save, s.ns, rk, w.Fence, raw, ttl, w.Token, w.Release,
 		s.channel, wakePayload(rk)).Scan(&n)
 	if err != nil {
-		return false, storeErr(ctx, "save", key, err)
+		return false, s.storeErr(ctx, "save", key, err)
 	}
 	if n < 0 {
 		return false, fmt.Errorf("postgres: save %q: %w", shortKey(key), cache.ErrLockLost)
@@ -137,12 +137,12 @@ func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 // NextFence implements [cache.Store] in one statement.
 func (s *shared) NextFence(ctx context.Context, key string, revoke bool) (int64, error) {
 	if err := s.b.ready(ctx); err != nil {
-		return 0, storeErr(ctx, "fence", key, err)
+		return 0, s.storeErr(ctx, "fence", key, err)
 	}
 	rk := rowKey(key)
 	var f int64
 	if err := s.b.pool.QueryRow(ctx, s.b.q.nextFence, s.ns, rk, revoke, s.channel, wakePayload(rk)).Scan(&f); err != nil {
-		return 0, storeErr(ctx, "fence", key, err)
+		return 0, s.storeErr(ctx, "fence", key, err)
 	}
 	return f, nil
 }
@@ -150,7 +150,7 @@ func (s *shared) NextFence(ctx context.Context, key string, revoke bool) (int64,
 // Notify implements [resilience.Shared].
 func (s *shared) Notify(ctx context.Context, key string) error {
 	if _, err := s.b.pool.Exec(ctx, s.b.q.notify, s.channel, wakePayload(rowKey(key))); err != nil {
-		return storeErr(ctx, "notify", key, err)
+		return s.storeErr(ctx, "notify", key, err)
 	}
 	return nil
 }
@@ -158,7 +158,7 @@ func (s *shared) Notify(ctx context.Context, key string) error {
 // Announce implements [resilience.Shared].
 func (s *shared) Announce(ctx context.Context, key, origin string) error {
 	if _, err := s.b.pool.Exec(ctx, s.b.q.notify, s.channel, announcePayload(key, origin)); err != nil {
-		return storeErr(ctx, "announce", key, err)
+		return s.storeErr(ctx, "announce", key, err)
 	}
 	return nil
 }
@@ -183,6 +183,11 @@ func shortKey(key string) string {
 
 // storeErr returns the context's error when ctx has ended, and err
 // wrapped otherwise.
+func (s *shared) storeErr(ctx context.Context, op, key string, err error) error {
+	s.b.lost(err)
+	return storeErr(ctx, op, key, err)
+}
+
 func storeErr(ctx context.Context, op, key string, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
 		return fmt.Errorf("postgres: %s %q: %w", op, shortKey(key), cerr)
