@@ -33,8 +33,13 @@ type podConfig struct {
 	Hold    bool          `json:"hold,omitempty"`    // a load never ends (the pod is to be killed)
 	Beat    time.Duration `json:"beat,omitempty"`    // the lock's heartbeat
 	Repeat  time.Duration `json:"repeat,omitempty"`  // keep calling for this long
+	Pause   time.Duration `json:"pause,omitempty"`   // between a caller's calls
 	Fresh   time.Duration `json:"fresh,omitempty"`   // the values' time to live
 	Counted bool          `json:"counted,omitempty"` // report every result, not a summary
+	// The pipeline's backend operation timeout and breaker open time;
+	// zero for the tests' defaults.
+	OpTimeout   time.Duration `json:"op_timeout,omitempty"`
+	BreakerOpen time.Duration `json:"breaker_open,omitempty"`
 }
 
 // event is a pod -> parent message, one JSON line on the pod's stdout.
@@ -140,6 +145,7 @@ func runPod(c podConfig, in io.Reader, out io.Writer) error {
 					if c.Counted || err != nil {
 						em.emit(ev)
 					}
+					time.Sleep(c.Pause)
 				}
 				if !time.Now().Before(end) {
 					return
@@ -232,6 +238,7 @@ type tally struct {
 	results int
 	errs    []string
 	values  map[string]map[string]int // key -> value -> results
+	sources map[string]int            // results by source
 	done    int
 }
 
@@ -239,7 +246,7 @@ type tally struct {
 // nil, sees each load as it is reported.
 func (f *fleet) collect(done int, onLoad func(event)) tally {
 	f.t.Helper()
-	tl := tally{loads: map[string]int{}, values: map[string]map[string]int{}}
+	tl := tally{loads: map[string]int{}, values: map[string]map[string]int{}, sources: map[string]int{}}
 	for tl.done < done {
 		ev := f.next(3 * time.Minute)
 		switch ev.Ev {
@@ -257,6 +264,7 @@ func (f *fleet) collect(done int, onLoad func(event)) tally {
 				tl.values[ev.Key] = map[string]int{}
 			}
 			tl.values[ev.Key][ev.Value]++
+			tl.sources[ev.Source]++
 		case "done":
 			tl.done++
 			tl.results += ev.N
