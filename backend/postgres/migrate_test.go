@@ -175,3 +175,17 @@ func TestMigrate_againAfterTheTablesWereDropped(t *testing.T) {
 		return err == nil
 	})
 }
+
+func TestSweep_runsEverySweep(t *testing.T) {
+	f := newFixture(t, Options{Sweep: 50 * time.Millisecond})
+	s := f.open("ns", 0)
+	ctx := testCtx(t)
+	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Until: time.Now().Add(50 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the expired value's row deleted", func() bool {
+		var n int
+		err := s.b.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.b.q.valueT).Scan(&n)
+		return err == nil && n == 0
+	})
+}
