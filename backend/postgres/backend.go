@@ -135,8 +135,11 @@ func (b *Backend) ready(ctx context.Context) error {
 }
 
 // Open implements [resilience.Backend]: the view of the pipeline named
-// s.Namespace. It starts the view's LISTEN connection (in the
-// background: Open does not wait for the database) and its sweeper.
+// s.Namespace. It starts the view's LISTEN connection and its sweeper,
+// and waits for the connection's first attempt, two seconds at most, so
+// that the view hears what is notified once it is returned; a database
+// that cannot be reached does not fail Open (the pipeline fails open),
+// and the connection keeps being tried in the background.
 func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
 	if s.Namespace == "" {
 		return nil, errors.New("postgres: namespace is empty")

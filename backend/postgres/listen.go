@@ -47,10 +47,16 @@ type listener struct {
 	channel string
 	poll    time.Duration
 
-	mu       sync.Mutex // guards subs, watchers, up
+	mu       sync.Mutex // guards subs, watchers, up, settled
 	subs     map[string]map[*sub]struct{}
 	watchers map[*watcher]struct{}
 	up       bool // the connection is listening
+	// settled is set once the view is in use without having listened
+	// from its start (see awaitFirst): from then on, every connection
+	// that comes up may have missed notifications.
+	settled bool
+
+	first chan struct{} // closed when the first attempt to listen ends
 
 	cancel context.CancelFunc // ends run
 	done   chan struct{}      // closed when run returns
@@ -68,9 +74,26 @@ type watcher struct {
 func newListener(cfg *pgx.ConnConfig, channel string, poll time.Duration) *listener {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listener{cfg: cfg, channel: channel, poll: poll, subs: map[string]map[*sub]struct{}{},
-		watchers: map[*watcher]struct{}{}, cancel: cancel, done: make(chan struct{})}
+		watchers: map[*watcher]struct{}{}, cancel: cancel, done: make(chan struct{}), first: make(chan struct{})}
 	go l.run(ctx)
 	return l
+}
+
+// awaitFirst waits, up to d, for the first attempt to listen, so that a
+// view is listening when Open returns it: nothing notified after Open is
+// lost, and nothing needs resetting. A first attempt that fails or takes
+// longer leaves the view unsettled: its first connection resets the
+// watchers and wakes the waiters, as every reconnection does.
+func (l *listener) awaitFirst(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.first:
+	case <-t.C:
+	}
+	l.mu.Lock()
+	l.settled = true
+	l.mu.Unlock()
 }
 
 func (l *listener) close() {
@@ -190,18 +213,24 @@ func (l *listener) reset() {
 // run keeps the LISTEN connection up until ctx ends: it connects, listens,
 // hands out notifications, and after a lost connection waits (poll,
 // doubling up to 5 seconds, jittered) and connects again. Each time it is
-// listening again it resets the watchers and wakes every waiter: what was
-// notified meanwhile is lost. While it is down, waiters are woken every
-// poll.
+// listening again (and the first time, unless Open waited for it) it
+// resets the watchers and wakes every waiter: what was notified meanwhile
+// is lost. While it is down, waiters are woken every poll.
 func (l *listener) run(ctx context.Context) {
 	defer close(l.done)
 	wait := l.poll
-	for ctx.Err() == nil {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
 		conn, err := l.listen(ctx)
 		if err == nil {
 			wait = l.poll
-			l.setUp(true)
-			l.reset()
+			if l.setUp(true) || attempt > 0 {
+				l.reset()
+			}
+		}
+		if attempt == 0 {
+			close(l.first)
+		}
+		if err == nil {
 			for {
 				n, err := conn.WaitForNotification(ctx)
 				if err != nil {
@@ -259,10 +288,13 @@ func (l *listener) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (l *listener) setUp(up bool) {
+// setUp records whether the connection listens, and reports whether the
+// view was settled (in use) before.
+func (l *listener) setUp(up bool) (settled bool) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.up = up
-	l.mu.Unlock()
+	return l.settled
 }
 
 // listening reports whether the connection is listening (for tests).

@@ -201,3 +201,36 @@ func TestListenDSN_separateConnection(t *testing.T) {
 		t.Fatal("New with a ListenDSN that does not parse: no error")
 	}
 }
+
+func TestOpen_returnsListening(t *testing.T) {
+	f := newFixture(t, Options{})
+	a := f.open("ns", 0)
+	ctx := testCtx(t)
+	var r recorder
+	b := f.open("ns", 0)
+	if !b.l.listening() {
+		t.Fatal("Open returned before its LISTEN connection was up")
+	}
+	stop := b.Watch(r.onWrite, r.onReset)
+	defer stop()
+	wake, unsub := b.Subscribe("k")
+	defer unsub()
+	if err := a.Notify(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Notify right after Open was lost")
+	}
+	if _, n := r.state(); n != 0 {
+		t.Fatalf("%d resets of a view that listened from its start", n)
+	}
+	// A LISTEN connection that cannot be had does not fail Open.
+	down := newFixture(t, Options{ListenDSN: "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable"})
+	start := time.Now()
+	v := down.open("ns", 0)
+	if v.l.listening() || time.Since(start) > 5*time.Second {
+		t.Fatalf("Open with LISTEN unreachable: listening %v after %v", v.l.listening(), time.Since(start))
+	}
+}

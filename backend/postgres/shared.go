@@ -22,6 +22,9 @@ import (
 // key fits a B-tree index entry and a notification's payload.
 const maxRowKey = 512
 
+// openWait bounds how long Open waits for the view's LISTEN connection.
+const openWait = 2 * time.Second
+
 // hashedKey starts the stored form of a hashed key. Keys that start with
 // it are hashed too, so that the two forms never meet.
 const hashedKey = "#sha256:"
@@ -63,6 +66,7 @@ func newShared(b *Backend, s resilience.BackendScope) (*shared, error) {
 	}
 	sh := &shared{b: b, ns: s.Namespace, channel: channelOf(b.q.listenName, s.Namespace), heartbeat: hb}
 	sh.l = newListener(b.listen.Copy(), sh.channel, b.o.Poll)
+	sh.l.awaitFirst(openWait)
 	sh.stopSweep = startSweeper(b, b.o.Sweep)
 	return sh, nil
 }
