@@ -26,6 +26,10 @@ func newGetter(b *Backend, c podConfig) (getFunc, func(), error) {
 	if fresh == 0 {
 		fresh = time.Minute
 	}
+	lease := c.Lease
+	if lease == 0 {
+		lease = 30 * time.Second
+	}
 	get := func(ctx context.Context, key string, load func(context.Context, string) (string, error)) (string, string, error) {
 		wake, unsub := sh.Subscribe(key)
 		defer unsub()
@@ -35,7 +39,7 @@ func newGetter(b *Backend, c podConfig) (getFunc, func(), error) {
 			} else if v != nil {
 				return string(v), "l2", nil
 			}
-			l, err := sh.TryAcquire(ctx, key, 30*time.Second)
+			l, err := sh.TryAcquire(ctx, key, lease)
 			switch {
 			case err == nil:
 				return holdAndLoad(ctx, sh, l, key, load, fresh)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,16 +27,19 @@ type podConfig struct {
 	Pod     int           `json:"pod"`
 	DSN     string        `json:"dsn"`
 	Prefix  string        `json:"prefix"`
-	Name    string        `json:"name"`              // the pipeline's name
-	Keys    []string      `json:"keys"`              // each caller gets every key, in turn
-	Callers int           `json:"callers"`           // concurrent callers per key
-	Load    time.Duration `json:"load"`              // how long a load takes
-	Hold    bool          `json:"hold,omitempty"`    // a load never ends (the pod is to be killed)
-	Beat    time.Duration `json:"beat,omitempty"`    // the lock's heartbeat
-	Repeat  time.Duration `json:"repeat,omitempty"`  // keep calling for this long
-	Pause   time.Duration `json:"pause,omitempty"`   // between a caller's calls
-	Fresh   time.Duration `json:"fresh,omitempty"`   // the values' time to live
-	Counted bool          `json:"counted,omitempty"` // report every result, not a summary
+	Name    string        `json:"name"`             // the pipeline's name
+	Keys    []string      `json:"keys"`             // each caller gets every key, in turn
+	Callers int           `json:"callers"`          // concurrent callers per key
+	Load    time.Duration `json:"load"`             // how long a load takes
+	Hold    bool          `json:"hold,omitempty"`   // a load never ends (the pod is to be killed)
+	Beat    time.Duration `json:"beat,omitempty"`   // the lock's heartbeat
+	Lease   time.Duration `json:"lease,omitempty"`  // the lock's lease (default 30s)
+	Repeat  time.Duration `json:"repeat,omitempty"` // keep calling for this long
+	Pause   time.Duration `json:"pause,omitempty"`  // between a caller's calls
+	// Parallel gives every key callers of its own, all at once.
+	Parallel bool          `json:"parallel,omitempty"`
+	Fresh    time.Duration `json:"fresh,omitempty"`   // the values' time to live
+	Counted  bool          `json:"counted,omitempty"` // report every result, not a summary
 	// The pipeline's backend operation timeout and breaker open time;
 	// zero for the tests' defaults.
 	OpTimeout   time.Duration `json:"op_timeout,omitempty"`
@@ -121,40 +125,46 @@ func runPod(c podConfig, in io.Reader, out io.Writer) error {
 			return "", ctx.Err()
 		}
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex // guards n, errs
-	n, errs := 0, 0
+	var calls atomic.Int64
 	end := time.Now().Add(c.Repeat)
-	for range max(c.Callers, 1) {
-		wg.Go(func() {
-			for {
-				for _, k := range c.Keys {
-					cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-					v, src, err := get(cctx, k, load)
-					cancel()
+	call := func(keys []string) {
+		for {
+			for _, k := range keys {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				v, src, err := get(cctx, k, load)
+				cancel()
+				calls.Add(1)
+				if c.Counted || err != nil {
 					ev := event{Ev: "result", Pod: c.Pod, Key: k, Value: v, Source: src}
 					if err != nil {
 						ev.Err = err.Error()
 					}
-					mu.Lock()
-					n++
-					if err != nil {
-						errs++
-					}
-					mu.Unlock()
-					if c.Counted || err != nil {
-						em.emit(ev)
-					}
-					time.Sleep(c.Pause)
+					em.emit(ev)
 				}
-				if !time.Now().Before(end) {
-					return
-				}
+				time.Sleep(c.Pause)
 			}
-		})
+			if !time.Now().Before(end) {
+				return
+			}
+		}
+	}
+	// Each caller walks its keys in turn; with Parallel, every key has
+	// callers of its own.
+	seqs := [][]string{c.Keys}
+	if c.Parallel {
+		seqs = nil
+		for _, k := range c.Keys {
+			seqs = append(seqs, []string{k})
+		}
+	}
+	var wg sync.WaitGroup
+	for range max(c.Callers, 1) {
+		for _, keys := range seqs {
+			wg.Go(func() { call(keys) })
+		}
 	}
 	wg.Wait()
-	em.emit(event{Ev: "done", Pod: c.Pod, N: n})
+	em.emit(event{Ev: "done", Pod: c.Pod, N: int(calls.Load())})
 	return nil
 }
 

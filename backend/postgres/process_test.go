@@ -69,14 +69,8 @@ func TestProcesses_burstOfColdKeys_oneLoadPerKey(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("burst:%d", i)
 	}
-	// Each pod walks the keys from a different start, so that the pods
-	// meet on every key.
-	cfgs := pods(f, n, podConfig{Callers: 1, Load: 100 * time.Millisecond})
-	for i := range cfgs {
-		off := i * nkeys / n
-		cfgs[i].Keys = append(append([]string(nil), keys[off:]...), keys[:off]...)
-	}
-	fl := startPods(t, cfgs)
+	// Every key asked at once in every pod.
+	fl := startPods(t, pods(f, n, podConfig{Keys: keys, Callers: 1, Parallel: true, Load: 100 * time.Millisecond}))
 	fl.goAll(all(n)...)
 	tl := fl.collect(n, nil)
 	if len(tl.errs) > 0 || tl.results != n*nkeys {
@@ -99,7 +93,9 @@ func TestProcesses_holderKilledMidLoad_oneMoreLoad(t *testing.T) {
 	const waiters, callers = 4, 16
 	beat := 100 * time.Millisecond
 	cfgs := pods(f, 1+waiters, podConfig{Keys: []string{"k"}, Callers: callers, Load: 100 * time.Millisecond,
-		Beat: beat, Counted: true})
+		// A lease far longer than the test: only the take-over, two
+		// missed beats after the kill, lets a waiter load.
+		Beat: beat, Lease: 10 * time.Minute, Counted: true})
 	cfgs[0].Hold, cfgs[0].Callers = true, 1
 	fl := startPods(t, cfgs)
 	fl.goAll(0)
