@@ -26,9 +26,13 @@ func TestListener_lostConnection_resetsWatchersAndWakesWaiters(t *testing.T) {
 	default:
 	}
 
+	if !b.Subscribed() {
+		t.Fatal("Subscribed = false with the LISTEN connection up")
+	}
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, "Subscribed = false with the database down", func() bool { return !b.Subscribed() })
 	// While the database is down: the lock's methods fail as the
 	// backend's failures, and waiters are woken to look again.
 	_, err := a.TryAcquire(ctx, "k", time.Second)
@@ -49,7 +53,7 @@ func TestListener_lostConnection_resetsWatchersAndWakesWaiters(t *testing.T) {
 	}
 	eventually(t, "watcher reset after the LISTEN connection came back", func() bool {
 		_, n := r.state()
-		return n > before && b.l.listening()
+		return n > before && b.Subscribed()
 	})
 	waitListening(t, a)
 	if err := a.Announce(ctx, "k", "a"); err != nil {

@@ -74,6 +74,11 @@ func newShared(b *Backend, s resilience.BackendScope) (*shared, error) {
 // System returns "postgresql", for span attributes.
 func (s *shared) System() string { return "postgresql" }
 
+// Subscribed reports whether the view's LISTEN connection is up: without
+// it, waiters are woken by polls and other processes' announcements are
+// not heard (the pipeline's Health.Subscribed).
+func (s *shared) Subscribed() bool { return s.l.listening() }
+
 // Close stops the LISTEN connection and the sweeper, and waits for the
 // cleanups of acquires whose outcome was unknown. It does not close the
 // pool. Closing twice returns nil.
