@@ -241,10 +241,6 @@ func fromGo(s gobreaker.State) State {
 // Name returns the breaker's name.
 func (b *Breaker) Name() string { return b.name }
 
-// SlowCall returns Settings.SlowCall: above 0, [Breaker.Execute] reads
-// the clock around each call; at 0, it reads none.
-func (b *Breaker) SlowCall() time.Duration { return b.slow }
-
 // State returns the current state. An open breaker whose OpenTimeout has
 // passed is half-open.
 func (b *Breaker) State() State {

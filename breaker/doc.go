@@ -19,4 +19,13 @@
 // the outcome (Settings.IsFailure, SlowCall) before gobreaker sees it, and
 // gobreaker's own OnStateChange, which runs under that mutex, only queues
 // the transition for delivery after the call.
+//
+// # Exported names
+//
+// Users of the pipeline need [Settings] (Builder.Breaker, and httpx's
+// Options.Breaker), the defaults it names, [State] with Closed, Open and
+// HalfOpen (in OnStateChange and health reports), and the errors a refused
+// or slow call carries ([ErrOpen], [ErrTooManyProbes], [ErrSlowCall]).
+// Users who put a breaker around their own calls need [New], [Breaker]'s
+// methods and [Ignore], the outcome that counts neither way.
 package breaker

@@ -12,4 +12,32 @@
 // failing to open.
 //
 // The package knows nothing of pipelines; package resilience composes it.
+//
+// # Exported names
+//
+// Users of the pipeline who build its stores themselves, or use a store
+// without a pipeline, need [NewMemory], [MemoryOptions], [Memory]'s methods
+// (Set, Find, Lookup, Delete, Clear, Len), [NewRedis], [RedisOptions],
+// [RedisClient], [Redis]'s reads and writes (Get, GetMany, Set, SetMany,
+// Write, Invalidate, Commit, Delete) and its count of unusable values
+// (Corrupted), the value types they exchange
+// ([Entry], [Freshness] with Fresh, Stale and Miss, [Hit], [Got], [Write],
+// [WriteOptions], [Written]) and [DefaultMaxEntries].
+//
+// Users who choose how values are stored need [Codec] and [JSON]; those who
+// encrypt them need [NewKeyring], [Keyring] and [Key] (Seal and Open let a
+// rotation plan be checked by hand, as the example shows; the Key and
+// Keyring formatting methods keep secrets out of logs, JSON and %#v).
+//
+// Code that matches errors needs [ErrNotFound], [ErrExpiredEntry],
+// [ErrLockLost], [ErrCodec] and [ErrDecrypt].
+//
+// The pipeline itself also uses [Redis.Decode] (a value the lock's script
+// read along with the lock), [Hit]'s FreshFor and LoadDuration (early
+// refresh) and [Jitter] (TTL spread): they live here because they are the store's to know, and
+// stay exported because package resilience is another package.
+//
+// Implementers of a backend other than Redis (resilience.Backend) need
+// [Store] and [Save]: the contract of a shared byte store with fenced
+// writes.
 package cache

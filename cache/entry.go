@@ -58,8 +58,8 @@ func (f Freshness) String() string {
 	}
 }
 
-// FreshnessAt classifies e at time now.
-func (e *Entry[V]) FreshnessAt(now time.Time) Freshness {
+// freshnessAt classifies e at time now.
+func (e *Entry[V]) freshnessAt(now time.Time) Freshness {
 	switch {
 	case now.Before(e.Expires):
 		return Fresh

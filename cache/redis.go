@@ -18,7 +18,7 @@ var (
 	// StaleUntil (and Expires) has already passed: there is nothing left
 	// to store.
 	ErrExpiredEntry = errors.New("cache: entry already past its stale-until time")
-	// ErrLockLost is returned by [Redis.SetHeld] when the writer's lock no
+	// ErrLockLost is returned by [Redis.Commit] when the writer's lock no
 	// longer holds its token: its lease was taken over, expired, or lost
 	// with Redis's keys. Nothing was written.
 	ErrLockLost = errors.New("cache: lock lost; value not written")
@@ -30,6 +30,11 @@ var (
 // RedisClient is the part of a go-redis client that [Redis] uses. Both
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
 // satisfy it.
+//
+// The batch methods ([Redis.GetMany], [Redis.SetMany]) send their commands in one round trip:
+// through the client's ProcessBatch(ctx, []redis.Cmder) error method when
+// it has one (the pipeline's auto-pipelining client does), else through
+// its Pipeline method, else one command at a time.
 type RedisClient interface {
 	redis.Scripter
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
@@ -127,15 +132,19 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 
 // Decode turns the bytes stored for key (read by a script of the
 // caller's, such as package lock's TryAcquireOrGet) into an entry and its
-// freshness now, as [Redis.Get] would: bytes that do not decode are a
-// [Miss], counted and reported to OnCorrupt.
+// freshness now, as [Redis.Get] would: nil (nothing stored) is a [Miss];
+// bytes that do not decode are a Miss too, counted and reported to
+// OnCorrupt.
 func (r *Redis[V]) Decode(key string, raw []byte) (Entry[V], Freshness) {
+	if raw == nil {
+		return Entry[V]{}, Miss
+	}
 	e, err := r.decode(key, raw)
 	if err != nil {
 		r.corrupt(key, err)
 		return Entry[V]{}, Miss
 	}
-	f := e.FreshnessAt(time.Now())
+	f := e.freshnessAt(time.Now())
 	if f == Miss {
 		return Entry[V]{}, Miss
 	}
@@ -218,22 +227,23 @@ func (r *Redis[V]) Set(ctx context.Context, key string, e Entry[V]) (stored bool
 	return r.set(ctx, key, e, "", false)
 }
 
-// SetHeld is [Redis.Set] for the holder of key's lock (a lock.Redis lease
-// of the same prefix and namespace, with e.Fence its fence and token its
-// token): in the same round trip it checks that the lock still holds
-// token, and writes nothing, returning [ErrLockLost], when it does not. A
-// holder whose lease was taken over, or lost when Redis lost its keys,
-// therefore never writes back a value loaded before a newer one.
-func (r *Redis[V]) SetHeld(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
+// setHeld is [Redis.Set] for the holder of key's lock, without Commit's
+// release and announcement.
+func (r *Redis[V]) setHeld(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
 		return false, fmt.Errorf("cache: set %q: empty lock token", key)
 	}
 	return r.set(ctx, key, e, token, false)
 }
 
-// Commit is [Redis.SetHeld] that also releases the lock and announces key
-// on the namespace's channel (as package lock's notifier hears it), in the
-// same round trip: the holder's last step. The lock is released whether
+// Commit is [Redis.Set] for the holder of key's lock (a lock.Redis lease
+// of the same prefix and namespace, with e.Fence its fence and token its
+// token): in the same round trip it checks that the lock still holds
+// token, and writes nothing, returning [ErrLockLost], when it does not (a
+// holder whose lease was taken over, or lost when Redis lost its keys,
+// therefore never writes back a value loaded before a newer one), then
+// releases the lock and announces key on the namespace's channel (as
+// package lock's notifier hears it): the holder's last step. The lock is released whether
 // the write won or a newer entry refused it; on [ErrLockLost] nothing is
 // written, released or announced. The holder's lease object must then be
 // told it is released (lock's Lease.Forget) so that its watchdog stops.

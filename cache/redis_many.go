@@ -13,16 +13,6 @@ import (
 	"github.com/herdguard/herdguard/internal/rscript"
 )
 
-// BatchClient is a [RedisClient] that can send many commands in one round
-// trip (a pipeline). [Redis.GetMany] and [Redis.SetMany] use it when the
-// client has it; otherwise they use the client's Pipeline, if it has one,
-// or send one command at a time.
-type BatchClient interface {
-	// ProcessBatch sends cmds in one round trip and returns once each
-	// holds its reply or error, or with ctx's error when ctx ends first.
-	ProcessBatch(ctx context.Context, cmds []redis.Cmder) error
-}
-
 // Got is one key's answer from [Redis.GetMany]: as [Redis.Get] returns it.
 type Got[V any] struct {
 	Entry     Entry[V]
@@ -59,8 +49,8 @@ func (r *Redis[V]) GetMany(ctx context.Context, keys []string) ([]Got[V], error)
 }
 
 // Write is one entry for [Redis.SetMany]: as [Redis.Set] writes it
-// without Token, as [Redis.SetHeld] with it, and as [Redis.Commit] with
-// Token and Release.
+// without Token; with Token, only while the lock holds it ([ErrLockLost]
+// otherwise), and with Release too, as [Redis.Commit] writes it.
 type Write[V any] struct {
 	Key     string
 	Entry   Entry[V]

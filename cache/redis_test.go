@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,21 +21,10 @@ type user struct {
 }
 
 // testCtx returns a context that bounds one test's Redis calls.
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t *testing.T) context.Context { return redistest.Context(t, 10*time.Second) }
 
-// namespaces counts the namespaces handed out by namespace.
-var namespaces atomic.Int64
-
-// namespace returns a namespace for t's keys on the package server that no
-// other test uses, nor another run of t in this process (go test -count).
-func namespace(t *testing.T) string {
-	return fmt.Sprintf("%s#%d", t.Name(), namespaces.Add(1))
-}
+// namespace returns a namespace for t's keys on the package server.
+func namespace(t *testing.T) string { return redistest.Namespace(t) }
 
 // newStore returns a store on the package server in a namespace of its own.
 func newStore[V any](t *testing.T, o RedisOptions) *Redis[V] {
@@ -59,6 +47,8 @@ func entry[V any](v V, fence int64) Entry[V] {
 	}
 }
 
+// TestNewRedis_invalid parallels lock's: each package checks its own
+// constructor's options and messages.
 func TestNewRedis_invalid(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -400,7 +390,7 @@ func TestRedis_cluster(t *testing.T) {
 	}
 }
 
-func TestRedis_SetHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
+func TestRedis_setHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
 	r := newStore[string](t, RedisOptions{})
 	ctx := testCtx(t)
 	lockKey := r.keys.Lock("k")
@@ -408,8 +398,8 @@ func TestRedis_SetHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
 	if err := rdb.HSet(ctx, lockKey, "t", "tok-a").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if stored, err := r.SetHeld(ctx, "k", entry("a", 7), "tok-a"); err != nil || !stored {
-		t.Fatalf("SetHeld() by the holder = %v, %v; want true, nil", stored, err)
+	if stored, err := r.setHeld(ctx, "k", entry("a", 7), "tok-a"); err != nil || !stored {
+		t.Fatalf("setHeld() by the holder = %v, %v; want true, nil", stored, err)
 	}
 	for _, lose := range []struct {
 		name string
@@ -422,9 +412,9 @@ func TestRedis_SetHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
 		if err := lose.do(); err != nil {
 			t.Fatal(err)
 		}
-		stored, err := r.SetHeld(ctx, "k", entry("late "+lose.name, 9), "tok-a")
+		stored, err := r.setHeld(ctx, "k", entry("late "+lose.name, 9), "tok-a")
 		if stored || !errors.Is(err, ErrLockLost) {
-			t.Fatalf("%s: SetHeld() = %v, %v; want false, ErrLockLost", lose.name, stored, err)
+			t.Fatalf("%s: setHeld() = %v, %v; want false, ErrLockLost", lose.name, stored, err)
 		}
 		_ = rdb.Del(ctx, lockKey)
 	}
@@ -458,5 +448,16 @@ func TestRedis_codecPanics_areCodecErrors(t *testing.T) {
 	}
 	if len(corrupt) != 1 || !errors.Is(corrupt[0], ErrCodec) {
 		t.Fatalf("OnCorrupt got %v, want one ErrCodec", corrupt)
+	}
+}
+
+// TestRedis_Decode_nilIsAMiss: nothing stored is a miss, not corrupt data.
+func TestRedis_Decode_nilIsAMiss(t *testing.T) {
+	r := newStore[string](t, RedisOptions{})
+	if e, f := r.Decode("k", nil); f != Miss || e.Value != "" {
+		t.Fatalf("Decode(nil) = %+v, %v; want a miss", e, f)
+	}
+	if n := r.Corrupted(); n != 0 {
+		t.Fatalf("Corrupted() = %d after Decode(nil), want 0", n)
 	}
 }

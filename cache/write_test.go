@@ -70,8 +70,8 @@ func TestWrite_outranksHolderAndUnlockedWrites(t *testing.T) {
 	}
 	// A later grant (above the write's fence) writes over it.
 	grant(t, r, "k", "tok2", fence+1, true)
-	if stored, err := r.SetHeld(ctx, "k", entry(user{Name: "newer"}, fence+1), "tok2"); err != nil || !stored {
-		t.Fatalf("newer holder SetHeld = %v, %v; want stored", stored, err)
+	if stored, err := r.setHeld(ctx, "k", entry(user{Name: "newer"}, fence+1), "tok2"); err != nil || !stored {
+		t.Fatalf("newer holder setHeld = %v, %v; want stored", stored, err)
 	}
 }
 
@@ -110,8 +110,8 @@ func TestInvalidate_tombstoneIsMissRevokesLockRefusesOlderWrites(t *testing.T) {
 	}
 	// A grant after it (above the tombstone) writes.
 	grant(t, r, "k", "tok2", fence+1, true)
-	if stored, err := r.SetHeld(ctx, "k", entry(user{Name: "new"}, fence+1), "tok2"); err != nil || !stored {
-		t.Fatalf("new holder SetHeld = %v, %v; want stored", stored, err)
+	if stored, err := r.setHeld(ctx, "k", entry(user{Name: "new"}, fence+1), "tok2"); err != nil || !stored {
+		t.Fatalf("new holder setHeld = %v, %v; want stored", stored, err)
 	}
 	if e, f, err := r.Get(ctx, "k"); err != nil || f != Fresh || e.Value.Name != "new" {
 		t.Fatalf("Get = %+v, %v, %v; want the new value", e, f, err)

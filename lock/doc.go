@@ -29,4 +29,28 @@
 //
 // A [Notifier] carries "the value for this key has landed" from the holder to
 // the waiters, so that waiters are woken by the value rather than by polling.
+//
+// # Exported names
+//
+// Users who lock without a pipeline need the lockers ([Memory], [Redis],
+// [NewRedis], [RedisOptions], [RedisClient], [DefaultHeartbeat],
+// [DefaultFenceRetention]), the [Locker] interface they share, the
+// [Lease] with its methods, and the errors ([ErrNotAcquired], [ErrNotHeld],
+// [ErrBackend], [BackendError]). [Redis.Wait] lets the owner of a Redis
+// locker wait for its background deletes before it leaves.
+//
+// Users who wake waiters need the notifiers: [Notifier], [MemoryNotifier],
+// [RedisNotifier], [NewRedisNotifier] and [Write] (what an announcement
+// carries).
+//
+// The pipeline also uses the one-round-trip forms ([Redis.TryAcquireOrGet],
+// [Look] and the batch methods), the notifiers' Mark and SubscribeSince
+// (a look first, a subscription only to wait) and [NotifierHooks]
+// (subscriptions that survive a lost connection, and health): they are
+// the lock's to know, and stay exported because package resilience is
+// another package.
+//
+// Implementers of a backend other than Redis (resilience.Backend) need
+// [NewLease], [Holder] and [Grant]: how a locker outside this package hands
+// out leases with the package's watchdog, fencing and takeover.
 package lock

@@ -125,28 +125,26 @@ func (n *MemoryNotifier) Notify(_ context.Context, key string) error {
 // Subscribe implements [Notifier].
 func (n *MemoryNotifier) Subscribe(key string) (<-chan struct{}, func()) { return n.f.subscribe(key) }
 
-// Mark implements [MarkNotifier].
+// Mark returns a number to pass to SubscribeSince. A caller that takes a
+// mark before it looks, and subscribes with SubscribeSince only when it
+// must wait, loses no announcement made in between, and a look that finds
+// what it wanted costs no subscription.
 func (n *MemoryNotifier) Mark() uint64 { return n.f.mark() }
 
-// SubscribeSince implements [MarkNotifier].
+// SubscribeSince is Subscribe, with the channel already signalled if key
+// may have been announced since Mark returned mark.
 func (n *MemoryNotifier) SubscribeSince(key string, mark uint64) (<-chan struct{}, func()) {
 	return n.f.subscribeSince(key, mark)
 }
 
 var (
-	_ Notifier     = (*MemoryNotifier)(nil)
-	_ MarkNotifier = (*MemoryNotifier)(nil)
+	_ marker = (*MemoryNotifier)(nil)
+	_ marker = (*RedisNotifier)(nil)
 )
 
-// MarkNotifier is a [Notifier] that lets a caller look first and subscribe
-// only when it must wait, without losing an announcement made in
-// between: Mark before the look, SubscribeSince after it. A look that
-// finds what it wanted then costs no subscription.
-type MarkNotifier interface {
+// marker is a [Notifier] with marks: both of the package's notifiers are.
+type marker interface {
 	Notifier
-	// Mark returns a number to pass to SubscribeSince.
 	Mark() uint64
-	// SubscribeSince is Subscribe, with the channel already signalled if
-	// key may have been announced since Mark returned mark.
 	SubscribeSince(key string, mark uint64) (<-chan struct{}, func())
 }

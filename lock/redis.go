@@ -29,6 +29,12 @@ const cleanupTimeout = time.Second
 // RedisClient is the part of a go-redis client that [Redis] uses. Both
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
 // satisfy it.
+//
+// The batch methods ([Redis.TryAcquireOrGetMany], [Redis.ExtendMany],
+// [Redis.ReleaseMany]) send their commands in one round trip:
+// through the client's ProcessBatch(ctx, []redis.Cmder) error method when
+// it has one (the pipeline's auto-pipelining client does), else through
+// its Pipeline method, else one command at a time.
 type RedisClient interface {
 	redis.Scripter
 	PTTL(ctx context.Context, key string) *redis.DurationCmd

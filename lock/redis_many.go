@@ -12,17 +12,6 @@ import (
 	"github.com/herdguard/herdguard/internal/rscript"
 )
 
-// BatchClient is a [RedisClient] that can send many commands in one round
-// trip (a pipeline). [Redis.TryAcquireOrGetMany] and [ReleaseMany] use it
-// when the client has it; otherwise they use the client's Pipeline, if it
-// has one, or send one command at a time.
-type BatchClient interface {
-	// ProcessBatch sends cmds in one round trip and returns once each
-	// holds its reply or error, or with ctx's error when ctx ends first
-	// (the commands may still run).
-	ProcessBatch(ctx context.Context, cmds []redis.Cmder) error
-}
-
 // Look is what [Redis.TryAcquireOrGetMany] found for one key: as
 // [Redis.TryAcquireOrGet] returns it.
 type Look struct {

@@ -39,8 +39,6 @@ type RedisNotifier struct {
 	hooks atomic.Pointer[NotifierHooks] // see SetHooks
 }
 
-var _ MarkNotifier = (*RedisNotifier)(nil)
-
 // NewRedisNotifier subscribes to the announcement channel of o.Namespace
 // and starts the goroutine that delivers its messages; [RedisNotifier.Close]
 // stops it. It does not wait for Redis: use [RedisNotifier.Ready] to.
@@ -133,12 +131,14 @@ func (n *RedisNotifier) Subscribe(key string) (<-chan struct{}, func()) {
 	return n.f.subscribe(key)
 }
 
-// Mark implements [MarkNotifier].
+// Mark returns a number to pass to SubscribeSince, as
+// [MemoryNotifier.Mark] does.
 func (n *RedisNotifier) Mark() uint64 { return n.f.mark() }
 
-// SubscribeSince implements [MarkNotifier]: a caller that read Mark before
-// a Redis look learns of an announcement delivered after it, even one that
-// came before it subscribed.
+// SubscribeSince is Subscribe, with the channel already signalled if key
+// may have been announced since Mark returned mark: a caller that read
+// Mark before a Redis look learns of an announcement delivered after it,
+// even one that came before it subscribed.
 func (n *RedisNotifier) SubscribeSince(key string, mark uint64) (<-chan struct{}, func()) {
 	return n.f.subscribeSince(key, mark)
 }

@@ -19,21 +19,11 @@ import (
 )
 
 // testCtx returns a context that bounds one test's Redis calls.
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t *testing.T) context.Context { return redistest.Context(t, 20*time.Second) }
 
-// runs numbers the namespaces of the runs of a test (go test -count=N
-// runs each test N times against the same server).
-var runs atomic.Int64
-
-// namespace returns a namespace of the test's own, new for each run.
-func namespace(t *testing.T) string {
-	return fmt.Sprintf("%s#%d", t.Name(), runs.Add(1))
-}
+// namespace returns a namespace of the test's own, new for each run, on
+// the package server.
+func namespace(t *testing.T) string { return redistest.Namespace(t) }
 
 // newLocker returns a locker on client in a namespace of the test's run.
 func newLocker(t *testing.T, client RedisClient) *Redis {
@@ -66,6 +56,8 @@ func lockKeys(t *testing.T, c redis.UniversalClient, l *Redis) []string {
 	return keys
 }
 
+// TestNewRedis_invalid parallels cache's: each package checks its own
+// constructor's options and messages.
 func TestNewRedis_invalid(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -190,6 +190,17 @@ func (b *Builder[V]) fail(field, format string, args ...any) *Builder[V] {
 	return b
 }
 
+// setPositive sets *dst to v, or records that field's argument (named by
+// arg, if not "") must be positive. It reports whether it set *dst.
+func setPositive[V any, T int | float64 | time.Duration](b *Builder[V], field, arg string, v T, dst *T) bool {
+	if v <= 0 {
+		b.fail(field, "%smust be positive, got %v", arg, v)
+		return false
+	}
+	*dst = v
+	return true
+}
+
 // Keyless declares a pipeline for calls that have no key (an HTTP POST, a
 // write): only breaker, retry, timeouts and the default run, through
 // [Pipeline.Do]. Build refuses key stages (cache, lock, Redis) on it.
@@ -201,10 +212,9 @@ func (b *Builder[V]) Keyless() *Builder[V] { b.c.keyless = true; return b }
 // ttl (jittered, see [Builder.Jitter]). With [Builder.Redis], ttl is also
 // the Redis cache's TTL.
 func (b *Builder[V]) Cache(ttl time.Duration) *Builder[V] {
-	if ttl <= 0 {
-		return b.fail("Cache", "ttl must be positive, got %v", ttl)
+	if setPositive(b, "Cache", "ttl ", ttl, &b.c.ttl) {
+		b.c.cacheOn = true
 	}
-	b.c.cacheOn, b.c.ttl = true, ttl
 	return b
 }
 
@@ -213,20 +223,14 @@ func (b *Builder[V]) Cache(ttl time.Duration) *Builder[V] {
 // sooner. It must not be longer than the Cache ttl.
 // default: the Cache ttl
 func (b *Builder[V]) L1TTL(d time.Duration) *Builder[V] {
-	if d <= 0 {
-		return b.fail("L1TTL", "must be positive, got %v", d)
-	}
-	b.c.l1TTL = d
+	setPositive(b, "L1TTL", "", d, &b.c.l1TTL)
 	return b
 }
 
 // MaxEntries bounds the in-process cache.
 // default: 10,000
 func (b *Builder[V]) MaxEntries(n int) *Builder[V] {
-	if n <= 0 {
-		return b.fail("MaxEntries", "must be positive, got %d", n)
-	}
-	b.c.maxEntries = n
+	setPositive(b, "MaxEntries", "", n, &b.c.maxEntries)
 	return b
 }
 
@@ -245,10 +249,7 @@ func (b *Builder[V]) Jitter(fraction float64) *Builder[V] {
 // not reach the loader on every call. Keep it short.
 // default: 0 (not-found is not cached)
 func (b *Builder[V]) NegativeTTL(d time.Duration) *Builder[V] {
-	if d <= 0 {
-		return b.fail("NegativeTTL", "must be positive, got %v", d)
-	}
-	b.c.negativeTTL = d
+	setPositive(b, "NegativeTTL", "", d, &b.c.negativeTTL)
 	return b
 }
 
@@ -256,10 +257,7 @@ func (b *Builder[V]) NegativeTTL(d time.Duration) *Builder[V] {
 // which the fallback chain serves when the loader fails.
 // default: 0 (no stale copies)
 func (b *Builder[V]) Stale(grace time.Duration) *Builder[V] {
-	if grace <= 0 {
-		return b.fail("Stale", "grace must be positive, got %v", grace)
-	}
-	b.c.grace = grace
+	setPositive(b, "Stale", "grace ", grace, &b.c.grace)
 	return b
 }
 
@@ -273,10 +271,7 @@ func (b *Builder[V]) StaleWhileRevalidate() *Builder[V] { b.c.swr = true; return
 // paper's choice; larger is earlier.
 // default: off
 func (b *Builder[V]) EarlyRefresh(beta float64) *Builder[V] {
-	if beta <= 0 {
-		return b.fail("EarlyRefresh", "beta must be positive, got %v", beta)
-	}
-	b.c.earlyBeta = beta
+	setPositive(b, "EarlyRefresh", "beta ", beta, &b.c.earlyBeta)
 	return b
 }
 
@@ -306,20 +301,16 @@ func (b *Builder[V]) OnBreakerChange(fn func(name string, from, to breaker.State
 // default: 10 seconds; none on a Keyless pipeline, whose calls run on the
 // caller's goroutine, bounded by the caller's context and CallTimeout
 func (b *Builder[V]) Timeout(d time.Duration) *Builder[V] {
-	if d <= 0 {
-		return b.fail("Timeout", "must be positive, got %v", d)
+	if setPositive(b, "Timeout", "", d, &b.c.timeout) {
+		b.c.timeoutSet = true
 	}
-	b.c.timeout, b.c.timeoutSet = d, true
 	return b
 }
 
 // CallTimeout bounds a whole call to [Pipeline.Do], retries included.
 // default: none beyond the caller's context
 func (b *Builder[V]) CallTimeout(d time.Duration) *Builder[V] {
-	if d <= 0 {
-		return b.fail("CallTimeout", "must be positive, got %v", d)
-	}
-	b.c.callTimeout = d
+	setPositive(b, "CallTimeout", "", d, &b.c.callTimeout)
 	return b
 }
 
@@ -327,10 +318,7 @@ func (b *Builder[V]) CallTimeout(d time.Duration) *Builder[V] {
 // attempts together), which runs detached from its callers' contexts.
 // default: 1 minute
 func (b *Builder[V]) FlightTimeout(d time.Duration) *Builder[V] {
-	if d <= 0 {
-		return b.fail("FlightTimeout", "must be positive, got %v", d)
-	}
-	b.c.flightTimeout = d
+	setPositive(b, "FlightTimeout", "", d, &b.c.flightTimeout)
 	return b
 }
 

@@ -38,22 +38,16 @@ func TestDo_noSDK_noAllocs(t *testing.T) {
 }
 
 func BenchmarkDo_breakerTimeout(b *testing.B) {
-	p, err := New[string]("do").Keyless().Breaker(breaker.Settings{}).Timeout(time.Second).Build()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := p.Do(ctx, doWork); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDo(b, New[string]("do").Keyless().Breaker(breaker.Settings{}).Timeout(time.Second))
 }
 
 func BenchmarkDo_breaker(b *testing.B) {
-	p, err := New[string]("do").Keyless().Breaker(breaker.Settings{}).Build()
+	benchDo(b, New[string]("do").Keyless().Breaker(breaker.Settings{}))
+}
+
+// benchDo measures a successful Do through the pipeline bl builds.
+func benchDo(b *testing.B, bl *Builder[string]) {
+	p, err := bl.Build()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -36,4 +36,21 @@
 // cache holds (an L1 hit returns it without a copy or an allocation), so a
 // caller must not change a map, slice or pointee in it. [Builder.Clone]
 // makes every value handed out a copy instead.
+//
+// # Exported names
+//
+// Users of the pipeline need [New], [Builder] and its methods, the
+// settings it takes ([LockSettings], [RetrySettings], [RedisOptions]) and
+// the Default* constants they name, [Pipeline] and its methods, the
+// loaders' types ([LoadFunc], [LoadManyFunc], [DoFunc]) with [SetTTL],
+// [MinLoaderTTL] and [Permanent], what calls return ([Result], [Source]
+// and its values, [Stats], [Health], [KeyErrors]), and the errors they
+// match ([ErrNotFound], [ErrTimeout], [ErrClosed], [ErrEmptyKey],
+// [ErrNilContext], [ErrNilLoader], [ErrWrongCall], [PanicError],
+// [ConfigError], [CheckError]).
+//
+// Implementers of a coordination backend other than Redis need [Backend],
+// [Shared], [BackendScope] and [BackendOptions]: the contract that lets a
+// pipeline keep its cross-process promises on another service (with
+// cache.Store and lock.NewLease).
 package resilience

@@ -77,7 +77,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		// Announcements delivered from now on reach the subscription that
 		// a wait takes after the looks below, however late (see
 		// subscribe): a look that finds the value needs none.
-		if mn, ok := p.notifier.(lock.MarkNotifier); ok {
+		if mn, ok := p.notifier.(markNotifier); ok {
 			pd.mark = mn.Mark()
 		}
 	}

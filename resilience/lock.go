@@ -88,6 +88,15 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 	return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
 }
 
+// markNotifier is a notifier with marks (both of package lock's are): the
+// leader takes a mark before its look, and subscribes only when it must
+// wait, losing no announcement made in between.
+type markNotifier interface {
+	lock.Notifier
+	Mark() uint64
+	SubscribeSince(key string, mark uint64) (<-chan struct{}, func())
+}
+
 // subscribe subscribes to key's announcements for a wait, given the
 // notifier's mark taken before the look that found the lock held: an
 // announcement delivered since then signals the channel at once. Looks
@@ -95,7 +104,7 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 // wake-up. lookNow says the notifier keeps no marks: look once before
 // waiting.
 func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{}, unsubscribe func(), lookNow bool) {
-	if mn, ok := p.notifier.(lock.MarkNotifier); ok {
+	if mn, ok := p.notifier.(markNotifier); ok {
 		woken, unsubscribe = mn.SubscribeSince(key, mark)
 		return woken, unsubscribe, false
 	}
@@ -228,13 +237,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		ctx, wsp = p.tel.Start(ctx, telemetry.SpanLockWait)
 		defer wsp.End()
 	}
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.lockCfg.Poll),
-		backoff.WithMultiplier(1.5),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(time.Second),
-		backoff.WithMaxElapsedTime(0), // bounded by MaxWait below, not by the backoff
-	)
+	bo := p.pollBackOff()
 	look := lookNow
 	select {
 	case <-woken: // announced since the read that missed
@@ -305,4 +308,17 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		t.Stop()
 		look = true
 	}
+}
+
+// pollBackOff paces the looks of a caller waiting for a key (or keys)
+// another holds locked: from Poll, growing 1.5 times, jittered, up to a
+// second. MaxWait bounds the wait, not the backoff.
+func (p *Pipeline[V]) pollBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(p.lockCfg.Poll),
+		backoff.WithMultiplier(1.5),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMaxInterval(time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
 }

@@ -9,13 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/internal/fallback"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -455,17 +454,13 @@ func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFu
 	if sp != nil {
 		sp.End()
 	}
+	if err != nil {
+		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
+		return
+	}
 	var items []*loadItem
 	for i, k := range keys {
 		out := outs[k]
-		if err != nil {
-			if classify(ctx, err) == errCanceled {
-				out.err, out.set = err, true
-				continue
-			}
-			items = append(items, &loadItem{key: k, failOpen: err})
-			continue
-		}
 		g := gots[i]
 		switch {
 		case g.Err != nil:
@@ -483,6 +478,23 @@ func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFu
 	p.loadBatch(ctx, items, load, outs)
 }
 
+// readFailed settles the keys of a batch whose Redis read failed as a
+// whole with err, and returns those to load: none when the caller's own
+// context ended (each key fails with it), else every key, failing open.
+func readFailed[V any](ctx context.Context, keys []string, err error, outs map[string]*keyOut[V]) []*loadItem {
+	if classify(ctx, err) == errCanceled {
+		for _, k := range keys {
+			outs[k].err, outs[k].set = err, true
+		}
+		return nil
+	}
+	items := make([]*loadItem, len(keys))
+	for i, k := range keys {
+		items[i] = &loadItem{key: k, failOpen: err}
+	}
+	return items
+}
+
 // lockedMany is the batch's part with the Redis lock: one look for every
 // key (the value, else the lock), then this process's loads and its wait
 // for the keys other processes hold, side by side.
@@ -497,24 +509,16 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 	}
 	start := time.Now()
 	looks, err := p.lookMany(ctx, keys)
+	if err != nil {
+		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
+		return
+	}
 	var items []*loadItem
 	var waits []string
 	for i, k := range keys {
 		out := outs[k]
-		if err != nil {
-			if classify(ctx, err) == errCanceled {
-				out.err, out.set = err, true
-				continue
-			}
-			items = append(items, &loadItem{key: k, failOpen: err})
-			continue
-		}
 		lk := looks[i]
-		var e cache.Entry[V]
-		f := cache.Miss
-		if lk.Value != nil {
-			e, f = p.l2.Decode(k, lk.Value)
-		}
+		e, f := p.l2.Decode(k, lk.Value)
 		if f == cache.Stale {
 			out.o.stale, out.o.hasStale = e, true
 		}
@@ -610,13 +614,7 @@ func (p *Pipeline[V]) lookMany(ctx context.Context, keys []string) ([]lock.Look,
 // the keys still waited for are loaded without the lock. Keys that come
 // due together are loaded in one loader call.
 func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[string]<-chan struct{}, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) {
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.lockCfg.Poll),
-		backoff.WithMultiplier(1.5),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
+	bo := p.pollBackOff()
 	pending := slices.Clone(keys)
 	// Announced since the look: look again at once.
 	woken := drainWoken(pending, subs, -1)
@@ -704,11 +702,7 @@ func (p *Pipeline[V]) lookAgain(ctx context.Context, woken, pending []string, lo
 			continue
 		}
 		lk := looks[i]
-		var e cache.Entry[V]
-		f := cache.Miss
-		if lk.Value != nil {
-			e, f = p.l2.Decode(k, lk.Value)
-		}
+		e, f := p.l2.Decode(k, lk.Value)
 		switch {
 		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
 			p.fillL1(k, e, out.o)

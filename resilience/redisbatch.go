@@ -237,8 +237,8 @@ func (b *batcher) PTTL(ctx context.Context, key string) *redis.DurationCmd {
 // queued at that moment), and waits for their results: a batch read's or
 // write's commands go out as one pipelined round trip, whoever else is
 // sending. It returns ctx's error when ctx ends first; the commands then
-// belong to the batch. It implements the BatchClient of package cache and
-// package lock.
+// belong to the batch. Packages cache and lock send their batches through
+// it (internal/rscript).
 func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
 	if len(cmds) == 0 {
 		return nil

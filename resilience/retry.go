@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/herdguard/herdguard/internal/retryloop"
 )
 
 // RetrySettings configures [Builder.Retry]. Zero fields take defaults.
@@ -15,7 +17,8 @@ import (
 // keeps failing opens it, and an open breaker stops the retries at once),
 // each attempt gets its own Timeout, and the lock's watchdog keeps the lease
 // while the backoff sleeps. The flight's deadline, or for [Pipeline.Do] the
-// caller's context and CallTimeout, bounds everything.
+// caller's context and CallTimeout, bounds everything: a backoff that would
+// end after that deadline is not slept, and the last error returns at once.
 type RetrySettings struct {
 	// MaxAttempts is the most attempts, the first included.
 	// default: 3
@@ -83,17 +86,16 @@ func (s RetrySettings) validate() string {
 	return ""
 }
 
-// newBackOff returns a fresh backoff for one call: backoff state is never
-// shared between calls.
-func (s *RetrySettings) newBackOff(ctx context.Context) backoff.BackOff {
-	eb := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(s.Initial),
-		backoff.WithMultiplier(s.Multiplier),
-		backoff.WithRandomizationFactor(s.RandomizationFactor),
-		backoff.WithMaxInterval(s.Max),
-		backoff.WithMaxElapsedTime(s.MaxElapsed),
-	)
-	return backoff.WithContext(backoff.WithMaxRetries(eb, uint64(s.MaxAttempts-1)), ctx)
+// policy is s as a policy of the shared retry loop.
+func (s *RetrySettings) policy() retryloop.Policy {
+	return retryloop.Policy{
+		MaxAttempts:         s.MaxAttempts,
+		Initial:             s.Initial,
+		Multiplier:          s.Multiplier,
+		RandomizationFactor: s.RandomizationFactor,
+		Max:                 s.Max,
+		MaxElapsed:          s.MaxElapsed,
+	}
 }
 
 // retryable reports whether err may be retried under s.
@@ -123,7 +125,9 @@ func (s *RetrySettings) userRetryable(err error) (ok bool) {
 }
 
 // retry runs attempt until it succeeds, fails for good, or the backoff
-// gives up. attempt gets the attempt number, from 1.
+// gives up, through the loop httpx shares. attempt gets the attempt
+// number, from 1. No wait runs past ctx's deadline: the last error
+// returns at once instead.
 //
 // failure, if not nil, is the pipeline's IsFailure test: an error that is
 // not a failure is an answer, and is not retried either.
@@ -132,24 +136,13 @@ func retry[V any](ctx context.Context, s *RetrySettings, failure func(error) boo
 		v, err := attempt(1)
 		return v, unwrapPermanent(err)
 	}
-	bo := s.newBackOff(ctx)
-	for n := 1; ; n++ {
+	pol := s.policy()
+	v, err := retryloop.Run(ctx, &pol, func(n int) (V, retryloop.Next, error) {
 		v, err := attempt(n)
-		if err == nil || !s.retryable(err) || (failure != nil && !failure(err)) {
-			return v, unwrapPermanent(err)
-		}
-		wait := bo.NextBackOff()
-		if wait == backoff.Stop {
-			return v, err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return v, err
-		case <-t.C:
-		}
-	}
+		again := err != nil && s.retryable(err) && (failure == nil || failure(err))
+		return v, retryloop.Next{Retry: again}, err
+	}, nil)
+	return v, unwrapPermanent(err)
 }
 
 // unwrapPermanent returns the error a [Permanent] wrapped, so callers get

@@ -190,10 +190,10 @@ func TestRetrySettings_validate(t *testing.T) {
 	}
 }
 
-// TestRetrySettings_newBackOff_jitterBounds checks that each interval lies
+// TestRetrySettings_policy_jitterBounds checks that each interval lies
 // within [i*(1-f), i*(1+f)] of its un-jittered value i, and that intervals
 // are in fact spread.
-func TestRetrySettings_newBackOff_jitterBounds(t *testing.T) {
+func TestRetrySettings_policy_jitterBounds(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	tests := []struct {
 		name string
@@ -214,7 +214,8 @@ func TestRetrySettings_newBackOff_jitterBounds(t *testing.T) {
 			s = s.withDefaults()
 			firsts := map[time.Duration]bool{}
 			for range samples {
-				bo := s.newBackOff(context.Background())
+				pol := s.policy()
+				bo := pol.NewBackOff()
 				i := s.Initial
 				for k := 1; k < s.MaxAttempts; k++ {
 					got := bo.NextBackOff()
@@ -239,14 +240,15 @@ func TestRetrySettings_newBackOff_jitterBounds(t *testing.T) {
 	}
 }
 
-func TestRetrySettings_newBackOff_freshPerCall(t *testing.T) {
+func TestRetrySettings_policy_freshPerCall(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	s := RetrySettings{MaxAttempts: 2, Initial: time.Millisecond, MaxElapsed: time.Hour}.withDefaults()
-	a := s.newBackOff(context.Background())
+	pol := s.policy()
+	a := pol.NewBackOff()
 	if a.NextBackOff() == backoff.Stop || a.NextBackOff() != backoff.Stop {
 		t.Fatal("first backoff should allow exactly one retry")
 	}
-	if b := s.newBackOff(context.Background()); b.NextBackOff() == backoff.Stop {
+	if b := pol.NewBackOff(); b.NextBackOff() == backoff.Stop {
 		t.Fatal("a second call's backoff shares the first call's retry count")
 	}
 }
@@ -498,5 +500,28 @@ func TestRetry_isFailure_answersAreNotRetried(t *testing.T) {
 	}
 	if n := c.calls.Load(); n != 4 {
 		t.Fatalf("loader calls = %d, want 1 + 3 attempts for the failure", n)
+	}
+}
+
+// TestPipeline_Retry_stopsBeforeDeadline: a backoff that would end after
+// the caller's deadline is not slept: the last error comes back at once.
+func TestPipeline_Retry_stopsBeforeDeadline(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p, err := New[string]("retry-deadline").Keyless().
+		Retry(RetrySettings{MaxAttempts: 3, Initial: time.Hour, Max: time.Hour, MaxElapsed: 10 * time.Hour}).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var calls atomic.Int32
+	load := countingLoader(math.MaxInt32, "", &calls)
+	_, err = p.Do(ctx, func(ctx context.Context) (string, error) { return load(ctx, "") })
+	if !errors.Is(err, errBoom) || calls.Load() != 1 {
+		t.Fatalf("err = %v after %d calls, want errBoom after 1", err, calls.Load())
+	}
+	if ctx.Err() != nil {
+		t.Error("Do returned at the deadline, after sleeping towards it")
 	}
 }

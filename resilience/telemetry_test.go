@@ -190,6 +190,9 @@ func telPod(t *testing.T, s *redistest.Server, tp trace.TracerProvider, lockOn b
 
 func okLoad(_ context.Context, key string) (string, error) { return "v:" + key, nil }
 
+// The TestTelemetry_tree_* tests share their shape (build, call, expected
+// span tree) but not a table: each tree is the documentation of one path,
+// read whole, and each needs its own setup.
 func TestTelemetry_tree_L1Hit(t *testing.T) {
 	rec := newTelRec(t)
 	p := build(t, New[string]("tel").Cache(time.Minute).SingleFlight().TracerProvider(rec.tp))

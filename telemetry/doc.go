@@ -12,4 +12,12 @@
 //
 // Keys may be secrets, so they are not put on spans unless [Config.Keys]
 // asks for it.
+//
+// # Exported names
+//
+// Every constant and variable here is a name the instrumentation emits:
+// the Span* names, the attribute keys (with [DBSystemRedis], and the
+// Reason* values), the Metric* names. Users who write dashboards, alerts
+// or tests against the telemetry need them. Users who point the telemetry
+// somewhere need [Config] and [KeyMode] (KeysOff, KeysHashed, KeysRaw).
 package telemetry

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,9 +18,7 @@ import (
 type Cluster struct {
 	nodes []*Server
 
-	mu      sync.Mutex // guards clients and closed
-	clients []*redis.ClusterClient
-	closed  bool
+	clients clients[*redis.ClusterClient]
 }
 
 // StartCluster starts a cluster of n masters (at least 3) for one test and
@@ -35,29 +32,31 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 // cleanup with tb, which quotes the nodes' logs if the test failed.
 func startCluster(tb testing.TB, n int, newFn func(int) (*Cluster, func(), error)) *Cluster {
 	tb.Helper()
-	c, closeFn, err := newFn(n)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			tb.Logf("redis cluster %v:\n%s", c.Addrs(), c.logs())
-		}
-		closeFn()
-	})
-	return c
+	return start(tb, func() (*Cluster, func(), error) { return newFn(n) },
+		func(c *Cluster) string { return fmt.Sprintf("redis cluster %v:\n%s", c.Addrs(), c.logs()) })
 }
 
 // NewCluster starts a cluster of n masters (at least 3) without a
 // testing.TB, for TestMain. The caller must call closeFn, which kills every
 // node and closes the clients handed out by [Cluster.Client].
 func NewCluster(n int) (c *Cluster, closeFn func(), err error) {
+	c, err = newCluster(n, 0, 5*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.close, nil
+}
+
+// newCluster starts n masters (at least 3), each with replicas replicas,
+// whose cluster-node-timeout is nodeTimeout, joins them and waits until
+// every node reports the cluster ok. On failure it stops what it started.
+func newCluster(n, replicas int, nodeTimeout time.Duration) (c *Cluster, err error) {
 	if n < 3 {
-		return nil, nil, fmt.Errorf("redistest: a cluster needs at least 3 masters, got %d", n)
+		return nil, fmt.Errorf("redistest: a cluster needs at least 3 masters, got %d", n)
 	}
 	cli, err := lookPath("redis-cli")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	c = &Cluster{}
 	defer func() {
@@ -65,48 +64,42 @@ func NewCluster(n int) (c *Cluster, closeFn func(), err error) {
 			c.close()
 		}
 	}()
-	for range n {
-		s, err := newServer(clusterArgs)
+	for range n * (1 + replicas) {
+		s, err := newServer(clusterArgs(nodeTimeout))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		c.nodes = append(c.nodes, s)
 	}
-	if err := c.create(cli); err != nil {
-		return nil, nil, err
+	ctx, cancel := context.WithTimeout(context.Background(), topologyTimeout)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s\n%s", err, out, c.logs())
 	}
 	if err := c.waitOK(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return c, c.close, nil
+	return c, nil
 }
 
 // clusterArgs enables cluster mode with its own bus port, so that the bus
-// port (by default port+10000) cannot collide or overflow.
-func clusterArgs(_ int, dir string) ([]string, error) {
-	bus, err := freePort()
-	if err != nil {
-		return nil, err
+// port (by default port+10000) cannot collide or overflow, and nodeTimeout
+// as cluster-node-timeout.
+func clusterArgs(nodeTimeout time.Duration) func(int, string) ([]string, error) {
+	return func(_ int, dir string) ([]string, error) {
+		bus, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		return []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(bus)+".conf"),
+			"--cluster-port", strconv.Itoa(bus),
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+		}, nil
 	}
-	return []string{
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(bus)+".conf"),
-		"--cluster-port", strconv.Itoa(bus),
-		"--cluster-node-timeout", "5000",
-	}, nil
-}
-
-// create joins the nodes with redis-cli --cluster create.
-func (c *Cluster) create(cli string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s\n%s", err, out, c.logs())
-	}
-	return nil
 }
 
 // waitOK waits until every node reports cluster_state:ok and a cluster
@@ -163,15 +156,7 @@ func (c *Cluster) Client(opts ...func(*redis.ClusterOptions)) *redis.ClusterClie
 	for _, f := range opts {
 		f(o)
 	}
-	cc := redis.NewClusterClient(o)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		_ = cc.Close()
-		return cc
-	}
-	c.clients = append(c.clients, cc)
-	return cc
+	return c.clients.add(redis.NewClusterClient(o))
 }
 
 func (c *Cluster) logs() string {
@@ -184,14 +169,7 @@ func (c *Cluster) logs() string {
 
 // close kills every node and closes the clients.
 func (c *Cluster) close() {
-	c.mu.Lock()
-	c.closed = true
-	clients := c.clients
-	c.clients = nil
-	c.mu.Unlock()
-	for _, cc := range clients {
-		_ = cc.Close()
-	}
+	c.clients.close()
 	for _, s := range c.nodes {
 		s.close()
 	}

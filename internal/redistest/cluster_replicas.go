@@ -3,9 +3,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,55 +27,17 @@ func StartReplicatedCluster(tb testing.TB, n int) *Cluster {
 // with one replica, without a testing.TB, and waits until every replica is
 // in sync. The caller must call closeFn.
 func NewReplicatedCluster(n int) (c *Cluster, closeFn func(), err error) {
-	if n < 3 {
-		return nil, nil, fmt.Errorf("redistest: a cluster needs at least 3 masters, got %d", n)
-	}
-	cli, err := lookPath("redis-cli")
+	c, err = newCluster(n, 1, replicatedNodeTimeout)
 	if err != nil {
 		return nil, nil, err
-	}
-	c = &Cluster{}
-	defer func() {
-		if err != nil {
-			c.close()
-		}
-	}()
-	for range 2 * n {
-		s, err := newServer(replicatedClusterArgs)
-		if err != nil {
-			return nil, nil, err
-		}
-		c.nodes = append(c.nodes, s)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), topologyTimeout)
 	defer cancel()
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		return nil, nil, fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s\n%s", err, out, c.logs())
-	}
-	if err := c.waitOK(); err != nil {
-		return nil, nil, err
-	}
 	if err := c.waitReplicasUp(ctx); err != nil {
+		c.close()
 		return nil, nil, err
 	}
 	return c, c.close, nil
-}
-
-// replicatedClusterArgs is clusterArgs with a short node timeout, so that a
-// replica takes over from a dead master within seconds.
-func replicatedClusterArgs(port int, dir string) ([]string, error) {
-	bus, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	return []string{
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(bus)+".conf"),
-		"--cluster-port", strconv.Itoa(bus),
-		"--cluster-node-timeout", strconv.FormatInt(replicatedNodeTimeout.Milliseconds(), 10),
-	}, nil
 }
 
 // waitReplicasUp waits until every node that is a replica has its link to

@@ -1,9 +1,12 @@
 package redistest
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -28,4 +31,23 @@ func Main(m *testing.M, use func(*Server)) {
 		}
 	}
 	os.Exit(code)
+}
+
+// namespaces counts the namespaces handed out by Namespace.
+var namespaces atomic.Int64
+
+// Namespace returns a namespace for t's keys on a shared server that no
+// other test uses, nor another run of t in this process (go test -count=N
+// runs each test N times against the same server).
+func Namespace(t testing.TB) string {
+	return fmt.Sprintf("%s#%d", t.Name(), namespaces.Add(1))
+}
+
+// Context returns a context that bounds one test's Redis calls to d, and
+// ends with the test.
+func Context(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }

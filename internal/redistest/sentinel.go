@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,26 +45,14 @@ type Sentinel struct {
 	addrs            []string
 	dirs             []string
 
-	mu      sync.Mutex // guards clients and closed
-	clients []*redis.Client
-	closed  bool
+	clients clients[*redis.Client]
 }
 
 // StartSentinel starts a Sentinel topology for one test and registers its
 // cleanup with tb.
 func StartSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
-	s, closeFn, err := NewSentinel()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			tb.Logf("sentinel topology:\n%s", s.logs())
-		}
-		closeFn()
-	})
-	return s
+	return start(tb, NewSentinel, func(s *Sentinel) string { return "sentinel topology:\n" + s.logs() })
 }
 
 // NewSentinel starts a Sentinel topology without a testing.TB and waits
@@ -220,13 +207,5 @@ func (s *Sentinel) FailoverClient(opts ...func(*redis.FailoverOptions)) *redis.C
 	for _, f := range opts {
 		f(o)
 	}
-	c := redis.NewFailoverClient(o)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return c
-	}
-	s.clients = append(s.clients, c)
-	return c
+	return s.clients.add(redis.NewFailoverClient(o))
 }

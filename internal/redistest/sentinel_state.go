@@ -113,14 +113,7 @@ func (s *Sentinel) logs() string {
 // close kills every process, closes the clients and the proxy, and removes
 // the sentinels' directories.
 func (s *Sentinel) close() {
-	s.mu.Lock()
-	s.closed = true
-	clients := s.clients
-	s.clients = nil
-	s.mu.Unlock()
-	for _, c := range clients {
-		_ = c.Close()
-	}
+	s.clients.close()
 	for _, p := range s.sentinels {
 		_ = p.kill()
 	}

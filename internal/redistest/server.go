@@ -27,27 +27,18 @@ type Server struct {
 	port int
 	args []string // extra arguments after the base ones
 
-	mu      sync.Mutex // guards proc, clients and closed
-	proc    *process   // nil while stopped
-	clients []*redis.Client
-	closed  bool
+	mu     sync.Mutex // guards proc and closed
+	proc   *process   // nil while stopped
+	closed bool
+
+	clients clients[*redis.Client]
 }
 
 // Start starts a server for one test (or benchmark) and registers its
 // cleanup with tb. It fails tb if the server cannot start.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	s, closeFn, err := New()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			tb.Logf("redis-server %s:\n%s", s.Addr(), s.Log())
-		}
-		closeFn()
-	})
-	return s
+	return start(tb, New, func(s *Server) string { return fmt.Sprintf("redis-server %s:\n%s", s.Addr(), s.Log()) })
 }
 
 // New starts a server without a testing.TB, for TestMain. The caller must
@@ -135,15 +126,7 @@ func (s *Server) Client(opts ...func(*redis.Options)) *redis.Client {
 	for _, f := range opts {
 		f(o)
 	}
-	c := redis.NewClient(o)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return c
-	}
-	s.clients = append(s.clients, c)
-	return c
+	return s.clients.add(redis.NewClient(o))
 }
 
 // Kill ends the server with SIGKILL, as a crash would, and waits for it to
@@ -228,12 +211,8 @@ func (s *Server) take() *process {
 func (s *Server) close() {
 	s.mu.Lock()
 	s.closed = true
-	clients := s.clients
-	s.clients = nil
 	s.mu.Unlock()
-	for _, c := range clients {
-		_ = c.Close()
-	}
+	s.clients.close()
 	if p := s.take(); p != nil {
 		_ = p.kill()
 	}

@@ -106,7 +106,7 @@ func (t *Transport) cached(req *http.Request, base string) (*http.Response, erro
 	for range 2 {
 		r, err := t.cache.GetResult(req.Context(), key, load)
 		if err == nil && r.Source == resilience.SourceL1 {
-			if now := t.now(); now.Before(r.Value.expires) {
+			if now := t.policy.Now(); now.Before(r.Value.expires) {
 				return r.Value.stored(req, now), nil
 			}
 			// Detached: the entry is expired whether or not this caller
@@ -163,7 +163,7 @@ func (t *Transport) load(req, owner *http.Request, base string, vary []string) (
 		proto: resp.Proto, protoMajor: resp.ProtoMajor, protoMinor: resp.ProtoMinor,
 		header: resp.Header.Clone(), contentLength: int64(len(body)), uncompressed: resp.Uncompressed,
 		body:     body,
-		received: t.now(),
+		received: t.policy.Now(),
 	}
 	s.age, _ = deltaSeconds(resp.Header.Get("Age"))
 	if req.Method == http.MethodHead {

@@ -187,7 +187,7 @@ func TestTransport_cacheFreshness(t *testing.T) {
 				{0, 2},                     // and kept again
 			}
 			for i, s := range steps {
-				clock.advance(s.after)
+				clock.Advance(s.after)
 				if code, body, _ := do(t, c, http.MethodGet, u.URL, nil); code != 200 || body != "b" {
 					t.Fatalf("request %d: got %d %q, want 200 \"b\"", i+1, code, body)
 				}
@@ -209,7 +209,7 @@ func TestTransport_cacheAge(t *testing.T) {
 	if _, _, h := do(t, c, http.MethodGet, u.URL, nil); h.Get("Age") != "3" {
 		t.Errorf("first Age = %q, want the upstream's \"3\"", h.Get("Age"))
 	}
-	clock.advance(5*time.Second + 500*time.Millisecond)
+	clock.Advance(5*time.Second + 500*time.Millisecond)
 	if _, _, h := do(t, c, http.MethodGet, u.URL, nil); h.Get("Age") != "8" {
 		t.Errorf("cached Age = %q, want \"8\"", h.Get("Age"))
 	}

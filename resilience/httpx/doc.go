@@ -36,11 +36,13 @@
 // transport error, a 5xx or a 429, Options.Fallback (if set) answers
 // instead. Fallback responses are never cached.
 //
-// Retries, the breaker and the timeouts are built directly on package
-// [breaker] and github.com/cenkalti/backoff/v4 rather than on the
-// pipeline's retry stage, because HTTP needs things that stage does not
-// know: Retry-After, draining discarded bodies, and replaying request
-// bodies.
+// The retries run through the same loop as the pipeline's Retry stage,
+// and the same github.com/cenkalti/backoff/v4 schedule; what HTTP adds
+// (Retry-After as the wait hint, draining discarded bodies, replaying
+// request bodies) stays here. No wait runs past the request's deadline: a
+// backoff or Retry-After that would end after it is not waited out, and
+// the last response or error is returned at once. The breaker and the
+// timeouts are built directly on package [breaker].
 //
 // Non-idempotent requests (POST, PATCH) get the breaker, the timeout and the
 // fallback, but are neither retried nor cached unless Options.Idempotent or
@@ -73,4 +75,12 @@
 //
 // A request that bypasses the cache, and a response the cache does not
 // keep, go through the other stages as usual.
+//
+// # Exported names
+//
+// Users of the transport need [New], [NewClient], [Transport] and its
+// methods, [Options] with the Default* constants it names, the policies
+// they may reuse or wrap ([IsIdempotent], [DefaultCacheKey]), [Breakers]
+// for health reports, and the errors they match ([ErrInvalidOptions],
+// [ErrTimeout], [ErrFallback], [StatusError]).
 package httpx

@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/retryloop"
 	"github.com/herdguard/herdguard/internal/timeout"
 )
 
@@ -24,37 +23,32 @@ const drainLimit = 64 << 10
 
 // exchange sends req, retrying it while Options allow, and returns the
 // last response or error. Every response it does not return is drained
-// and closed.
+// and closed. The attempts run through the retry loop the pipeline's
+// Retry stage shares; a Retry-After is the wait hint.
 func (t *Transport) exchange(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	br := t.breakerFor(req.URL.Host)
-	retry := t.o.MaxAttempts > 1 && t.o.Idempotent(req) && (!hasBody(req) || req.GetBody != nil)
-	var bo backoff.BackOff // made on the first retry: most requests need none
-	start := t.now()
-	for n := 1; ; n++ { // bounded by MaxAttempts
+	pol := t.policy
+	if !t.o.Idempotent(req) || (hasBody(req) && req.GetBody == nil) {
+		pol.MaxAttempts = 1
+	}
+	return retryloop.Run(ctx, &pol, func(n int) (*http.Response, retryloop.Next, error) {
 		areq := req
 		if n > 1 {
 			var err error
 			if areq, err = replay(req); err != nil {
-				return nil, err
+				return nil, retryloop.Next{}, err
 			}
 		}
 		resp, err := t.attempt(br, areq)
-		if !retry || n >= t.o.MaxAttempts || !retryable(ctx, resp, err) {
-			return resp, err
+		next := retryloop.Next{Retry: retryable(ctx, resp, err)}
+		if next.Retry && resp != nil {
+			// A Retry-After past MaxRetryAfter (the policy's MaxHint)
+			// ends the attempts: the response goes to the caller.
+			next.Wait, _ = retryAfter(resp.Header, pol.Now())
 		}
-		if bo == nil {
-			bo = t.newBackOff()
-		}
-		wait, ok := t.nextWait(bo, resp, start)
-		if !ok {
-			return resp, err
-		}
-		discard(resp)
-		if err := t.wait(ctx, wait); err != nil {
-			return nil, err
-		}
-	}
+		return resp, next, err
+	}, discard)
 }
 
 // attempt is one round trip behind host's breaker, bounded by
@@ -140,40 +134,6 @@ func retryable(ctx context.Context, resp *http.Response, err error) bool {
 	return failedStatus(resp.StatusCode)
 }
 
-// newBackOff returns a fresh backoff for one request: backoff state is never
-// shared between requests.
-func (t *Transport) newBackOff() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(t.o.InitialBackoff),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(t.o.MaxBackoff),
-		backoff.WithMaxElapsedTime(0), // nextWait applies MaxElapsed, Retry-After included
-	)
-}
-
-// nextWait returns how long to wait before the next attempt: the backoff,
-// or the response's Retry-After if longer. ok is false when the wait would
-// pass MaxRetryAfter or MaxElapsed.
-func (t *Transport) nextWait(bo backoff.BackOff, resp *http.Response, start time.Time) (wait time.Duration, ok bool) {
-	wait = bo.NextBackOff()
-	if wait == backoff.Stop {
-		return 0, false
-	}
-	if resp != nil {
-		if ra, found := retryAfter(resp.Header, t.now()); found {
-			if ra > t.o.MaxRetryAfter {
-				return 0, false
-			}
-			wait = max(wait, ra)
-		}
-	}
-	if t.now().Sub(start)+wait > t.o.MaxElapsed {
-		return 0, false
-	}
-	return wait, true
-}
-
 // retryAfter parses a Retry-After header, in delay-seconds or HTTP-date
 // form (RFC 9110 section 10.2.3), as a wait from now.
 func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
@@ -195,18 +155,6 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(at.Sub(now), 0), true
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return nil
-	}
 }
 
 // discard drains (up to drainLimit) and closes a response nobody will read,

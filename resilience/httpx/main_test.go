@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/herdguard/herdguard/internal/retryloop/retrytest"
 	"github.com/herdguard/herdguard/resilience/httpx"
 )
 
@@ -157,48 +158,13 @@ func newClient(t *testing.T, o httpx.Options) (*http.Client, *httpx.Transport, *
 // [httpx.SetClock]): it stands still except in the waits between attempts,
 // which return at once and move it forward by what they were asked to
 // wait. It records those waits.
-type fakeClock struct {
-	mu    sync.Mutex // guards at and waits
-	at    time.Time
-	waits []time.Duration
-}
+type fakeClock = retrytest.Clock
 
 // useFakeClock gives ht a fake clock that starts at start.
 func useFakeClock(ht *httpx.Transport, start time.Time) *fakeClock {
-	c := &fakeClock{at: start}
-	httpx.SetClock(ht, c.now, c.wait)
+	c := retrytest.New(start)
+	httpx.SetClock(ht, c.Now, c.Sleep)
 	return c
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at
-}
-
-func (c *fakeClock) wait(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.waits = append(c.waits, d)
-	c.at = c.at.Add(d)
-	return nil
-}
-
-// advance moves c forward by d.
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.at = c.at.Add(d)
-}
-
-// waited returns the waits asked of c so far.
-func (c *fakeClock) waited() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.waits...)
 }
 
 // fast are options whose backoff waits are short enough for tests.

@@ -1,13 +1,13 @@
 package httpx
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/herdguard/herdguard/internal/retryloop"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -24,10 +24,10 @@ type Transport struct {
 	// written once per host: a sync.Map keeps the reads lock-free.
 	breakers sync.Map
 
-	// now and wait are the transport's clock: time.Now and sleep, unless
-	// a test replaced them before the first request.
-	now  func() time.Time
-	wait func(ctx context.Context, d time.Duration) error
+	// policy is the retry loop's policy from o. Its clock is time.Now and
+	// retryloop.Sleep, unless a test replaced them before the first
+	// request.
+	policy retryloop.Policy
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -43,7 +43,17 @@ func New(next http.RoundTripper, o Options) (*Transport, error) {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	t := &Transport{next: next, o: o, now: time.Now, wait: sleep}
+	t := &Transport{next: next, o: o, policy: retryloop.Policy{
+		MaxAttempts:         o.MaxAttempts,
+		Initial:             o.InitialBackoff,
+		Multiplier:          2,
+		RandomizationFactor: 0.5,
+		Max:                 o.MaxBackoff,
+		MaxElapsed:          o.MaxElapsed,
+		MaxHint:             o.MaxRetryAfter,
+		Now:                 time.Now,
+		Sleep:               retryloop.Sleep,
+	}}
 	if o.CacheTTL > 0 {
 		if t.cache, err = newCache(o); err != nil {
 			return nil, fmt.Errorf("httpx: building the cache: %w", err)

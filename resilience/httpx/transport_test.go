@@ -14,6 +14,8 @@ import (
 	"github.com/herdguard/herdguard/resilience/httpx"
 )
 
+// The retry tests below share their shape (upstream script, client, one
+// request, hits): each is one scenario, kept whole so that a failure names it.
 func TestTransport_retries503ThenSucceeds(t *testing.T) {
 	u := newUpstream(t,
 		reply{status: 503, body: "busy"},
@@ -74,7 +76,7 @@ func TestTransport_retryAfter(t *testing.T) {
 				t.Fatalf("upstream hits = %d, want %d", n, tt.hits)
 			}
 			tr.checkClosed(t)
-			waits := clock.waited()
+			waits := clock.Waits()
 			if tt.hits == 1 {
 				if code != tt.status || len(waits) != 0 {
 					t.Errorf("status = %d after waits %v, want the upstream's %d returned as is, at once", code, waits, tt.status)
@@ -113,7 +115,7 @@ func TestTransport_maxElapsed(t *testing.T) {
 	if n := u.hits.Load(); n != 3 {
 		t.Errorf("upstream hits = %d, want 3", n)
 	}
-	if waits, want := clock.waited(), []time.Duration{2 * time.Second, 2 * time.Second}; !slices.Equal(waits, want) {
+	if waits, want := clock.Waits(), []time.Duration{2 * time.Second, 2 * time.Second}; !slices.Equal(waits, want) {
 		t.Errorf("waits = %v, want %v", waits, want)
 	}
 	tr.checkClosed(t)

@@ -3,5 +3,8 @@
 // then the error itself.
 //
 // The chain knows nothing of caches or pipelines: the caller hands it the
-// error and, if it has one, a stale copy; package resilience wires it up.
+// error and, if it has one, a stale copy. Only package resilience uses it,
+// which is why it is internal: users configure the chain through
+// Builder.Stale, Builder.Default and Builder.DefaultValue, and read what it
+// did in Result.Source and Result.Cause.
 package fallback
