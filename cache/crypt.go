@@ -240,21 +240,3 @@ func associated(header []byte, name string) []byte {
 	ad := make([]byte, 0, len(header)+len(name))
 	return append(append(ad, header...), name...)
 }
-
-// seal encrypts an encoded entry for key when r has a keyring. The hash
-// fields the scripts read (fence and expiry) stay in clear; only the
-// entry's bytes are sealed, bound to the value's full Redis key.
-func (r *Redis[V]) seal(key string, envelope []byte) []byte {
-	if r.ring == nil {
-		return envelope
-	}
-	return r.ring.Seal(r.keys.Value(key), envelope)
-}
-
-// open is seal's inverse; without a keyring it returns raw as it is.
-func (r *Redis[V]) open(key string, raw []byte) ([]byte, error) {
-	if r.ring == nil {
-		return raw, nil
-	}
-	return r.ring.Open(r.keys.Value(key), raw)
-}

@@ -5,8 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -81,12 +79,10 @@ var setScript = redis.NewScript(setSource)
 // share a Redis Cluster hash slot (see package lock). Redis is safe for
 // concurrent use.
 type Redis[V any] struct {
-	client    RedisClient
-	keys      rkey.Space
-	codec     Codec
-	onCorrupt func(key string, err error)
-	corrupted atomic.Uint64
-	ring      *Keyring // nil: entries in clear
+	client  RedisClient
+	keys    rkey.Space
+	channel any // the announcement channel, boxed once for set.lua
+	coder[V]
 }
 
 // NewRedis returns a store that keeps its entries in Redis through client.
@@ -99,14 +95,12 @@ func NewRedis[V any](client RedisClient, o RedisOptions) (*Redis[V], error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	codec := o.Codec
-	if codec == nil {
-		codec = JSON
-	}
 	if o.Encrypt != nil && !o.Encrypt.usable() {
 		return nil, errors.New("cache: Encrypt: the keyring holds no keys; build it with NewKeyring")
 	}
-	return &Redis[V]{client: client, keys: keys, codec: codec, onCorrupt: o.OnCorrupt, ring: o.Encrypt}, nil
+	r := &Redis[V]{client: client, keys: keys, channel: keys.Channel()}
+	r.init(o.Codec, o.Encrypt, keys.Value, o.OnCorrupt)
+	return r, nil
 }
 
 // Get returns the entry for key and how fresh it is, in one round trip. A
@@ -136,78 +130,7 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 // bytes that do not decode are a Miss too, counted and reported to
 // OnCorrupt.
 func (r *Redis[V]) Decode(key string, raw []byte) (Entry[V], Freshness) {
-	if raw == nil {
-		return Entry[V]{}, Miss
-	}
-	e, err := r.decode(key, raw)
-	if err != nil {
-		r.corrupt(key, err)
-		return Entry[V]{}, Miss
-	}
-	f := e.freshnessAt(time.Now())
-	if f == Miss {
-		return Entry[V]{}, Miss
-	}
-	return e, f
-}
-
-func (r *Redis[V]) decode(key string, raw []byte) (Entry[V], error) {
-	raw, err := r.open(key, raw)
-	if err != nil {
-		return Entry[V]{}, err
-	}
-	env, err := decodeEnvelope(raw)
-	if err != nil {
-		return Entry[V]{}, err
-	}
-	e := Entry[V]{
-		NotFound:     env.notFound,
-		Written:      env.written,
-		Expires:      env.expires,
-		StaleUntil:   env.staleUntil,
-		LoadDuration: env.loadDuration,
-		Fence:        env.fence,
-	}
-	if !env.notFound {
-		if err := r.unmarshal(env.payload, &e.Value); err != nil {
-			return Entry[V]{}, err
-		}
-	}
-	return e, nil
-}
-
-// unmarshal runs the codec, turning a failure or a panic (a custom
-// UnmarshalJSON, say) into an error matching [ErrCodec].
-func (r *Redis[V]) unmarshal(b []byte, v *V) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: decode panicked: %v", ErrCodec, p)
-		}
-	}()
-	if err := r.codec.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%w: decode: %w", ErrCodec, err)
-	}
-	return nil
-}
-
-// marshal is unmarshal's twin for encoding.
-func (r *Redis[V]) marshal(v V) (b []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: encode panicked: %v", ErrCodec, p)
-		}
-	}()
-	if b, err = r.codec.Marshal(v); err != nil {
-		return nil, fmt.Errorf("%w: encode: %w", ErrCodec, err)
-	}
-	return b, nil
-}
-
-func (r *Redis[V]) corrupt(key string, err error) {
-	r.corrupted.Add(1)
-	if r.onCorrupt != nil {
-		r.onCorrupt(key, err)
-	}
+	return r.decodeAt(key, raw)
 }
 
 // Corrupted returns how many reads found bytes that did not decode.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -111,35 +109,19 @@ func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) (
 	if release && token == "" {
 		return nil, fmt.Errorf("cache: commit %q: empty lock token", key)
 	}
-	until := e.StaleUntil
-	if until.Before(e.Expires) {
-		until = e.Expires
-	}
-	ttl := time.Until(until)
-	if ttl <= 0 {
-		return nil, fmt.Errorf("cache: set %q: %w", key, ErrExpiredEntry)
-	}
-	env := envelope{
-		notFound:     e.NotFound,
-		written:      e.Written,
-		expires:      e.Expires,
-		staleUntil:   until,
-		loadDuration: max(e.LoadDuration, 0),
-		fence:        e.Fence,
-	}
-	if !e.NotFound {
-		var err error
-		if env.payload, err = r.marshal(e.Value); err != nil {
-			return nil, fmt.Errorf("cache: set %q: %w", key, err)
-		}
+	raw, _, ttl, err := r.encode("set", key, e, e.Fence)
+	if err != nil {
+		return nil, err
 	}
 	ms := rkey.Millis(ttl)
-	channel := ""
+	var channel any = ""
 	if release {
-		channel = r.keys.Channel()
+		channel = r.channel
 	}
+	// The fence goes as an int64, which go-redis writes in decimal: the
+	// script reads the string it would have been.
 	return []any{2, r.keys.Value(key), r.keys.Lock(key),
-		strconv.FormatInt(e.Fence, 10), r.seal(key, encodeEnvelope(env)), ms,
+		e.Fence, raw, ms,
 		rkey.FieldFence, rkey.FieldData, token,
 		rkey.FieldExpires, e.Expires.UnixMilli(), channel, key}, nil
 }

@@ -60,26 +60,13 @@ func (r *Redis[V]) Write(ctx context.Context, key string, e Entry[V], o WriteOpt
 	if err := o.check("write", key); err != nil {
 		return 0, err
 	}
-	until := e.StaleUntil
-	if until.Before(e.Expires) {
-		until = e.Expires
-	}
-	ttl := time.Until(until)
-	if ttl <= 0 {
-		return 0, fmt.Errorf("cache: write %q: %w", key, ErrExpiredEntry)
-	}
-	env := envelope{
-		notFound: e.NotFound, written: e.Written, expires: e.Expires, staleUntil: until,
-		loadDuration: max(e.LoadDuration, 0),
-	}
-	if !e.NotFound {
-		if env.payload, err = r.marshal(e.Value); err != nil {
-			return 0, fmt.Errorf("cache: write %q: %w", key, err)
-		}
+	raw, _, ttl, err := r.encode("write", key, e, 0)
+	if err != nil {
+		return 0, err
 	}
 	s, err := writeScript.Run(ctx, r.client,
 		[]string{r.keys.Value(key), r.keys.Lock(key), r.keys.Fence(key)},
-		r.seal(key, encodeEnvelope(env)), rkey.Millis(ttl), rkey.FieldFence, rkey.FieldData, rkey.FieldExpires,
+		raw, rkey.Millis(ttl), rkey.FieldFence, rkey.FieldData, rkey.FieldExpires,
 		e.Expires.UnixMilli(), rkey.Millis(o.FenceRetention), r.keys.Channel(),
 		rkey.Announcement(rkey.KindSet, o.Origin, key),
 	).Text()

@@ -45,10 +45,15 @@ local now_us = server_us()
 local now_ms = math.floor(now_us / 1000)
 
 local data = false
+-- With the value read, its fence comes in the same HMGET (false when
+-- there is none); otherwise it is read where the fence is worked out.
+local read, stored_fence = false, false
 if ARGV[6] ~= '0' then
-  local v = redis.pcall('HMGET', KEYS[3], ARGV[7], ARGV[8])
+  read = true
+  local v = redis.pcall('HMGET', KEYS[3], ARGV[7], ARGV[8], ARGV[4])
   if type(v) == 'table' and not v.err then
     data = v[1] or false
+    stored_fence = v[3]
     local expires = tonumber(v[2])
     if data and expires and expires > tonumber(ARGV[6]) then
       return {-1, 0, data}
@@ -78,8 +83,11 @@ elseif kind ~= 'none' then
   how = 3
 end
 
+if not read then
+  stored_fence = redis.pcall('HGET', KEYS[3], ARGV[4])
+end
 local fence = math.max(now_us, fence_of(redis.pcall('GET', KEYS[2])) + 1,
-  fence_of(redis.pcall('HGET', KEYS[3], ARGV[4])) + 1)
+  fence_of(stored_fence) + 1)
 local f = string.format('%d', fence)
 
 redis.call('SET', KEYS[2], f, 'PX', ARGV[3])

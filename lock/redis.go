@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -112,6 +113,31 @@ type Redis struct {
 	retention time.Duration
 	heartbeat time.Duration
 	channel   string // announcement channel on release; empty for none
+
+	// timing is the acquire script's timing arguments for the lease last
+	// asked for, kept boxed: a pipeline asks for the same lease every time.
+	timing atomic.Pointer[acquireTiming]
+}
+
+// acquireTiming is the acquire script's arguments that follow from a
+// lease: its length, the fence counter's life and the dead-after, in
+// milliseconds, with the heartbeat period.
+type acquireTiming struct {
+	lease               time.Duration
+	ms, keep, deadAfter any
+	beat                time.Duration
+}
+
+// timingOf returns the timing arguments of lease.
+func (r *Redis) timingOf(lease time.Duration) *acquireTiming {
+	if t := r.timing.Load(); t != nil && t.lease == lease {
+		return t
+	}
+	beat := min(r.heartbeat, lease/3)
+	t := &acquireTiming{lease: lease, beat: beat, ms: rkey.Millis(lease),
+		keep: rkey.Millis(lease + r.retention), deadAfter: rkey.Millis(2 * beat)}
+	r.timing.Store(t)
+	return t
 }
 
 var (
@@ -204,10 +230,11 @@ func (r *Redis) TryAcquireOrGet(ctx context.Context, key string, lease time.Dura
 // a nil error for a fresh value.
 func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, now int64) (*Lease, []any, error) {
 	tok := newToken()
-	beat := min(r.heartbeat, lease/3)
+	t := r.timingOf(lease)
+	beat := t.beat
 	reply, err := acquireScript.Run(ctx, r.client,
 		[]string{r.keys.Lock(key), r.keys.Fence(key), r.keys.Value(key)},
-		tok, rkey.Millis(lease), rkey.Millis(lease+r.retention), rkey.FieldFence, rkey.Millis(2*beat),
+		tok, t.ms, t.keep, rkey.FieldFence, t.deadAfter,
 		now, rkey.FieldData, rkey.FieldExpires,
 	).Slice()
 	var fence, how int64

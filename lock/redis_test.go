@@ -298,6 +298,26 @@ func TestRedisLock_Fence_staysAboveStoredValue(t *testing.T) {
 	}
 }
 
+// A look that reads the value takes its fence in the same read, and stays
+// above it as a plain acquire does.
+func TestRedisLock_Fence_staysAboveStoredValue_withTheRead(t *testing.T) {
+	l := newLocker(t, rdb)
+	ctx := testCtx(t)
+	const stored = 5_000_000_000_000_000
+	if err := rdb.HSet(ctx, l.keys.Value("k"), rkey.FieldFence, stored, rkey.FieldData, "x",
+		rkey.FieldExpires, time.Now().Add(-time.Minute).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, v, fresh, err := l.TryAcquireOrGet(ctx, "k", time.Minute, time.Now())
+	if err != nil || a == nil || fresh || string(v) != "x" {
+		t.Fatalf("TryAcquireOrGet() = %v, %q, %v, %v; want a grant beside the stale value", a, v, fresh, err)
+	}
+	defer a.Release(ctx)
+	if a.Fence() != stored+1 {
+		t.Fatalf("fence = %d, want %d (above the stored value's)", a.Fence(), int64(stored+1))
+	}
+}
+
 func TestRedisLock_TryAcquire_retriedScriptIsIdempotent(t *testing.T) {
 	// go-redis retries a command whose connection broke; the retry of an
 	// acquire that did run must return the same grant, not ErrNotAcquired.

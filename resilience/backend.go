@@ -41,6 +41,17 @@ type BackendScope struct {
 // operation timeout; an implementation returns the backend's failures as
 // errors (wrapped in a *lock.BackendError for the lock's methods) and
 // never blocks past ctx.
+//
+// A view may also have these methods, which the pipeline looks for:
+//
+//   - System() string names the backend ("postgresql", "file") as the
+//     db.system.name of the pipeline's L2 spans;
+//   - Subscribed() bool says whether its Watch is established now, for
+//     [Health].Subscribed (false without it).
+//
+// The pipeline serves Shared's Notify and Subscribe to its waiters as a
+// lock.Notifier; after a Release it calls Notify itself, so Release need
+// not wake anyone (Save with Release must).
 type Shared interface {
 	// Locker grants leases (made with [lock.NewLease]) whose fences come
 	// from the same sequence as [cache.Store.NextFence]'s, and hands the

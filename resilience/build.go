@@ -43,7 +43,8 @@ const scope = "github.com/herdguard/herdguard/resilience"
 // the settings are reported together (joined), each as a [*ConfigError]
 // saying what to change; a setting that package breaker, cache or lock
 // then refuses comes alone, also as a [*ConfigError]. An error creating
-// the metric instruments from the MeterProvider is returned as it is.
+// the metric instruments from the MeterProvider is returned as it is, and
+// one of [Backend.Open] wrapped (errors.Is finds it).
 func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	c := b.c
 	errs := c.errs
@@ -57,7 +58,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		for _, s := range []struct {
 			on    bool
 			field string
-		}{{c.cacheOn, "Cache"}, {c.lockOn, "Lock"}, {c.redis != nil, "Redis"}, {c.singleFlight, "SingleFlight"},
+		}{{c.cacheOn, "Cache"}, {c.lockOn, "Lock"}, {c.redis != nil, "Redis"}, {c.backend != nil, "Backend"}, {c.singleFlight, "SingleFlight"},
 			{c.grace > 0, "Stale"}, {c.negativeTTL > 0, "NegativeTTL"}} {
 			if s.on {
 				bad(s.field, "needs a key, but the pipeline is Keyless: remove one of the two")
@@ -69,7 +70,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	needsCache := []struct {
 		on    bool
 		field string
-	}{{c.redis != nil, "Redis"}, {c.lockOn, "Lock"}, {c.grace > 0, "Stale"}, {c.negativeTTL > 0, "NegativeTTL"},
+	}{{c.redis != nil, "Redis"}, {c.backend != nil, "Backend"}, {c.lockOn, "Lock"}, {c.grace > 0, "Stale"}, {c.negativeTTL > 0, "NegativeTTL"},
 		{c.swr, "StaleWhileRevalidate"}, {c.earlyBeta > 0, "EarlyRefresh"}, {c.l1TTL > 0, "L1TTL"}, {c.maxEntries > 0, "MaxEntries"}}
 	if !c.cacheOn && !c.keyless {
 		for _, s := range needsCache {
@@ -77,6 +78,9 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 				bad(s.field, "needs a cache to keep values in: add Cache(ttl)")
 			}
 		}
+	}
+	if c.redis != nil && c.backend != nil {
+		bad("Backend", "replaces Redis: a pipeline coordinates through Redis or a Backend, not both; remove one of the two")
 	}
 	if c.swr && c.grace <= 0 {
 		bad("StaleWhileRevalidate", "serves stale copies, so it needs Stale(grace)")
@@ -169,6 +173,12 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	}
 	if c.redis != nil {
 		if err := p.wireRedis(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.backend != nil {
+		if err := p.wireBackend(c); err != nil {
+			_ = p.Close() // what wireBackend subscribed to
 			return nil, err
 		}
 	}

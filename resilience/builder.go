@@ -169,6 +169,9 @@ type config[V any] struct {
 	redis     redis.UniversalClient
 	redisOpts RedisOptions
 
+	backend     Backend
+	backendOpts BackendOptions
+
 	defaultFn func(ctx context.Context, key string, cause error) (V, error)
 	clone     func(V) V
 	isFailure func(error) bool
@@ -357,6 +360,33 @@ func (b *Builder[V]) RedisOptions(o RedisOptions) *Builder[V] {
 		return b.fail("RedisOptions", "Encrypt holds no keys: build the keyring with cache.NewKeyring")
 	}
 	b.c.redisOpts = o
+	return b
+}
+
+// Backend makes b the pipeline's coordination service, in place of Redis:
+// the shared cache (L2) behind the in-process one and, with
+// [Builder.Lock], the lock shared by every process on the same backend,
+// with the promises the pipeline keeps with Redis (see [Backend]). Build
+// opens b's view of the pipeline (its namespace is the pipeline's name)
+// and Close closes it. A pipeline has Redis or a Backend, not both.
+func (b *Builder[V]) Backend(be Backend) *Builder[V] {
+	if isNil(be) {
+		return b.fail("Backend", "backend is nil")
+	}
+	b.c.backend = be
+	return b
+}
+
+// BackendOptions sets the options of the pipeline's use of its
+// [Builder.Backend]; see [BackendOptions] for defaults.
+func (b *Builder[V]) BackendOptions(o BackendOptions) *Builder[V] {
+	if o.OpTimeout < 0 {
+		return b.fail("BackendOptions", "OpTimeout must not be negative, got %v", o.OpTimeout)
+	}
+	if o.Encrypt != nil && len(o.Encrypt.IDs()) == 0 {
+		return b.fail("BackendOptions", "Encrypt holds no keys: build the keyring with cache.NewKeyring")
+	}
+	b.c.backendOpts = o
 	return b
 }
 

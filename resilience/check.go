@@ -124,7 +124,8 @@ func (t checkTarget) probes(ks rkey.Space) []probe {
 //
 // Check writes nothing to Redis and does not go through the Redis
 // breaker. It returns nil for a pipeline without Redis (the embedded
-// default). The commands inside the scripts are checked with
+// default). With a [Builder.Backend], Check is the backend's Ping, and a
+// failure is a [*CheckError] wrapping its error. The commands inside the scripts are checked with
 // redis.acl_check_cmd, which Redis has from 7.0; older servers are
 // checked for the commands the client sends only.
 func (p *Pipeline[V]) Check(ctx context.Context) error {
@@ -133,6 +134,13 @@ func (p *Pipeline[V]) Check(ctx context.Context) error {
 	}
 	if p.closed.Load() {
 		return ErrClosed
+	}
+	if p.shared != nil {
+		// A backend checks itself: its Ping.
+		if err := p.shared.Ping(ctx); err != nil {
+			return &CheckError{Pipeline: p.name, Problem: "the backend does not answer", Err: err}
+		}
+		return nil
 	}
 	if p.redisGuard == nil {
 		return nil

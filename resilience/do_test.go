@@ -207,3 +207,33 @@ func TestDo_timeout_attemptContext(t *testing.T) {
 		}
 	})
 }
+
+// An attempt's deadline holds even for fn that never blocks, polling its
+// context's Err: the caller may not have had the chance to arm a timer.
+func TestDo_timeout_busyFnSeesDeadline(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	p := build(t, New[int]("busy").Keyless().Timeout(timeout).DefaultValue(-1))
+	start := time.Now()
+	r, err := p.DoResult(context.Background(), func(ctx context.Context) (int, error) {
+		for ctx.Err() == nil {
+			if time.Since(start) > 10*time.Second {
+				return 0, errors.New("the deadline never came")
+			}
+		}
+		if ctx.Err() != context.DeadlineExceeded {
+			t.Errorf("Err = %v, want DeadlineExceeded", ctx.Err())
+		}
+		select {
+		case <-ctx.Done():
+		default:
+			t.Error("Err reports the deadline but Done is open")
+		}
+		return 0, ctx.Err()
+	})
+	if err != nil || r.Source != SourceDefault || !errors.Is(r.Cause, ErrTimeout) {
+		t.Fatalf("DoResult = %+v, %v; want the default for ErrTimeout", r, err)
+	}
+	if d := time.Since(start); d < timeout {
+		t.Fatalf("returned after %v, before the %v deadline", d, timeout)
+	}
+}

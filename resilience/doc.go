@@ -26,6 +26,12 @@
 // With no Redis configured the pipeline runs in one process (the embedded
 // default): memory cache, in-process lock.
 //
+// [Builder.Backend] puts another coordination service in Redis's place (a
+// PostgreSQL database, a directory shared by the processes of a host):
+// the pipeline opens its [Shared] view, the shared cache, lock and
+// announcements of the pipeline's namespace, and keeps the same promises
+// over it, failing open when it fails.
+//
 // [Pipeline.Set] and [Pipeline.Invalidate] write a key through: in Redis,
 // fenced above every load in flight, and announced to every process, which
 // drops its in-process copy. [Pipeline.Peek] reads without loading;

@@ -84,8 +84,8 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 	if p.l1 != nil && !o.refresh {
 		// A caller that missed L1 just before the previous shared load
 		// filled it may lead a new one after that one ended: look again.
-		if e, f := p.l1.Lookup(key); f == cache.Fresh {
-			o.res, err = fromEntry(e, SourceL1)
+		if h, f := p.l1.Find(key); f == cache.Fresh {
+			o.res, err = fromHit(h)
 			return pd, true, err
 		}
 	}

@@ -128,6 +128,10 @@ func (g *flightGroup[V]) Do(key string, fn func() (any, error)) (v any, err erro
 // joinFlight runs the shared load of key, or joins the one running. A
 // caller whose ctx ends returns at once, with a nil outcome; the shared
 // load goes on for the others. hint says L2 likely holds a fresh copy.
+//
+// Every joiner of a burst waits here, so the frame stays small: the
+// leader's look and the joiner's copy of the outcome are functions of
+// their own, and a burst's parked joiners need that much less stack.
 func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[V], hint bool) (*outcome[V], error) {
 	// The span starts before the flight so that the leader's shared load
 	// (L2, lock, loader) runs under it; joiners link to it instead.
@@ -137,19 +141,18 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		sctx, sp = p.tel.Start(ctx, telemetry.SpanSingleFlight)
 		defer sp.End()
 	}
-	f, joined := p.group.join(key)
+	f, isJoiner := p.group.join(key)
 	var done chan struct{}
-	if joined {
+	if isJoiner {
 		done = f.done
 	} else {
-		pd, finished, err := p.fetchLook(sctx, key, load, &f.o, hint)
-		if !finished {
-			done, finished, err = p.handOff(ctx, sctx, key, load, f, pd)
-		}
+		var finished bool
+		var err error
+		done, finished, err = p.lead(ctx, sctx, key, load, hint, f)
 		if finished {
 			p.group.end(key, f, &f.o, err)
 			if sp != nil {
-				sp.SetAttributes(telemetry.Shared.Bool(false))
+				sharedSpan(sp, false, &f.o)
 			}
 			return &f.o, err
 		}
@@ -162,24 +165,49 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		return nil, ctx.Err()
 	case <-done:
 	}
+	o := joined(f, isJoiner)
+	if sp != nil {
+		sharedSpan(sp, isJoiner, o)
+	}
+	return o, f.err
+}
+
+// joined returns f's outcome, once f has ended: for a joiner, a copy of
+// its own to relabel.
+func joined[V any](f *flight[V], joiner bool) *outcome[V] {
 	o, _ := f.val.(*outcome[V]) // fetch's outcome, even after a panic
 	if o == nil {
 		o = &outcome[V]{}
 	}
-	if joined {
-		c := *o // each joiner gets its own copy to relabel
+	if joiner {
+		c := *o
 		if c.res.Source == SourceLoader || c.res.Source == SourceWaited || c.res.Source == SourceL2 {
 			c.res.Source = SourceCoalesced
 		}
 		o = &c
 	}
-	if sp != nil {
-		sp.SetAttributes(telemetry.Shared.Bool(joined))
-		if joined && o.leadSpan.IsValid() {
-			sp.AddLink(trace.Link{SpanContext: o.leadSpan})
-		}
+	return o
+}
+
+// sharedSpan records on a caller's single-flight span whether it joined
+// another's load, and links a joiner to the leader's span.
+func sharedSpan[V any](sp trace.Span, joiner bool, o *outcome[V]) {
+	sp.SetAttributes(telemetry.Shared.Bool(joiner))
+	if joiner && o.leadSpan.IsValid() {
+		sp.AddLink(trace.Link{SpanContext: o.leadSpan})
 	}
-	return o, f.err
+}
+
+// lead is the leader's part of joinFlight: the look, then the hand-off of
+// the rest. It is a function of its own so that joinFlight, where every
+// joiner waits, keeps a small frame: a burst parks thousands of joiners
+// there, and a frame the size of the look's would grow each one's stack.
+func (p *Pipeline[V]) lead(ctx, sctx context.Context, key string, load LoadFunc[V], hint bool, f *flight[V]) (done chan struct{}, finished bool, err error) {
+	pd, finished, err := p.fetchLook(sctx, key, load, &f.o, hint)
+	if finished {
+		return nil, true, err
+	}
+	return p.handOff(ctx, sctx, key, load, f, pd)
 }
 
 // handOff runs the rest of a leader's flight, the part that loads or

@@ -12,7 +12,8 @@
 //	result.go    what a call returns
 //	errors.go    every error type and how errors are classified
 //
-// Around them: redisguard.go (the Redis breaker, wiring), redisbatch.go
+// Around them: redisguard.go (the Redis breaker, wiring), backend.go and
+// backendwire.go (a Backend in place of Redis, its wiring), redisbatch.go
 // (Redis commands sent in batches), builder.go and build.go (Builder, Build),
 // many.go (GetMany), do.go (Do), write.go (Set, Invalidate), peek.go,
 // stats.go, health.go, logs.go.
@@ -26,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -49,8 +51,8 @@ type Pipeline[V any] struct {
 	keyStages bool
 
 	l1         *cache.Memory[V]
-	l2         *cache.Redis[V] // nil without Redis
-	redisGuard *redisGuard     // Redis breaker, timeouts, bound; nil without Redis
+	l2         l2Store[V]  // *cache.Redis or a backend's; nil without either
+	redisGuard *redisGuard // Redis's or the backend's breaker and timeout; nil without either
 	group      *flightGroup[V]
 
 	locker   lock.Locker
@@ -58,8 +60,12 @@ type Pipeline[V any] struct {
 	// rlock is the Redis lock (nil in the embedded default): its looks
 	// read the value and try the lock in one round trip, and its leases
 	// announce on release; without it the pipeline notifies itself.
-	rlock   *lock.Redis
-	lockCfg LockSettings
+	rlock *lock.Redis
+	// shared is the Backend's view (nil with Redis, or in the embedded
+	// default); dbSystem names it on spans.
+	shared   Shared
+	dbSystem []attribute.KeyValue
+	lockCfg  LockSettings
 
 	br        *breaker.Breaker
 	retry     *RetrySettings

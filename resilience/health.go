@@ -11,12 +11,15 @@ type Health struct {
 	// Breakers holds the state of each of the pipeline's breakers by
 	// name: the loader's (named after the pipeline unless
 	// breaker.Settings.Name says otherwise) with Breaker, and the Redis
-	// one ("redis" unless named otherwise) with Redis.
+	// one ("redis" unless named otherwise) with Redis, or the backend's
+	// ("backend") with a Backend.
 	Breakers map[string]breaker.State
 	// Subscribed is set when the pipeline, with Redis, has its
 	// announcement subscription confirmed by Redis. Without it, waiters
 	// fall back to their poll, and other processes' Set and Invalidate
-	// reach this one's L1 only when it comes back (see Invalidate).
+	// reach this one's L1 only when it comes back (see Invalidate). With
+	// a Backend, it is the view's Subscribed() when it has that method,
+	// and false otherwise.
 	Subscribed bool
 }
 
@@ -32,6 +35,8 @@ func (p *Pipeline[V]) Health() Health {
 	}
 	if n, ok := p.notifier.(*lock.RedisNotifier); ok {
 		h.Subscribed = n.Subscribed()
+	} else if s, ok := p.shared.(interface{ Subscribed() bool }); ok {
+		h.Subscribed = s.Subscribed()
 	}
 	return h
 }

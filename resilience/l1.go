@@ -24,7 +24,7 @@ func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) 
 	if p.beta > 0 && p.refreshEarly(h) {
 		p.refreshAsync(ctx, key, load, h.Written())
 	}
-	if !p.tel.Off() && p.tel.Tracing() && p.tel.HitSpans(ctx) {
+	if p.tel.Tracing() && p.tel.HitSpans(ctx) {
 		return h, f, false
 	}
 	p.stats.l1Hit()

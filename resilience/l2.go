@@ -15,14 +15,15 @@ import (
 	"github.com/herdguard/herdguard/telemetry"
 )
 
-// l2Get reads key from Redis through the Redis guard, with a client span.
+// l2Get reads key from L2 (Redis or the backend) through the guard, with
+// a client span.
 // A per-key data problem is a miss (counted); an error means the call
 // fails open: it goes on without L2.
 func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
 	var sp trace.Span
 	if p.tel.Tracing() {
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("HGET")))
+			trace.WithAttributes(p.l2Attrs("HGET", "Load")...))
 		defer sp.End()
 	}
 	type got struct {
@@ -62,6 +63,9 @@ func (p *Pipeline[V]) corrupt(ctx context.Context, sp trace.Span, err error) {
 // failOpen records that a call went on without Redis.
 func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, err error) {
 	why := "redis_error"
+	if p.shared != nil {
+		why = "backend_error"
+	}
 	if classify(ctx, err) == errRefused {
 		why = "breaker_open"
 	} else if isDenied(err) {
@@ -92,18 +96,20 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g
 		var sp trace.Span
 		if p.tel.Tracing() {
 			ctx, sp = p.tel.Start(ctx, telemetry.SpanWriteBack, trace.WithSpanKind(trace.SpanKindClient),
-				trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA"), telemetry.LockFence.Int64(e.Fence)))
+				trace.WithAttributes(p.l2Attrs("EVALSHA", "Save", telemetry.LockFence.Int64(e.Fence))...))
 			defer sp.End()
 		}
+		// With L2, a grant is always of L2's own lock (Redis's, or the
+		// backend's): the embedded default's lock has no L2.
 		stored, err := guard(ctx, p.redisGuard, func(ctx context.Context) (bool, error) {
-			if g != nil && p.rlock != nil {
+			if g != nil {
 				// The holder's last step, in one round trip: write while
 				// its token holds the lock, release, announce.
 				return p.l2.Commit(ctx, key, e, g.lease.Token())
 			}
 			return p.l2.Set(ctx, key, e)
 		})
-		if g != nil && p.rlock != nil && err == nil {
+		if g != nil && err == nil {
 			g.lease.Forget() // released by the commit
 			g.released = true
 		}

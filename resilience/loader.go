@@ -171,17 +171,17 @@ func loadOutcome(err error) string {
 // on its own; its result is dropped. Without a timeout (a Keyless pipeline
 // without [Builder.Timeout]) fn runs on the caller's goroutine, with no
 // timer and no goroutine.
+//
+// An attempt that finishes within the slice it is given first, as most
+// do, costs one allocation, a pooled goroutine start and no timer: the
+// timer that ends the attempt's context at its deadline is armed only
+// when the caller has to wait.
 func (p *Pipeline[V]) runTimed(ctx context.Context, key string, fn loader[V]) (V, error) {
 	if p.timeout <= 0 {
 		return safeLoad(ctx, key, fn)
 	}
-	a := &timedAttempt[V]{parent: ctx, deadline: time.Now().Add(p.timeout), key: key, fn: fn}
-	if d, ok := ctx.Deadline(); ok && d.Before(a.deadline) {
-		a.deadline = d
-	}
-	timer := time.AfterFunc(p.timeout, a.expire)
-	defer timer.Stop()
-	go a.run()
+	a := &timedAttempt[V]{parent: ctx, deadline: monoNow() + int64(p.timeout), key: key, fn: fn}
+	goRun(a)
 	// Yield once before waiting: fn, started on this P, usually finishes
 	// within that slice, and then nothing has to wake this goroutine.
 	runtime.Gosched()
@@ -193,13 +193,19 @@ func (p *Pipeline[V]) runTimed(ctx context.Context, key string, fn loader[V]) (V
 		}
 		return zero, timedOut("loader attempt", p.timeout, context.DeadlineExceeded)
 	}
-	expired := a.Err() == context.DeadlineExceeded
-	a.cancel(context.Canceled)
+	expired := a.finish() == context.DeadlineExceeded
 	if a.err != nil && expired && ctx.Err() == nil {
 		return a.v, timedOut("loader attempt", p.timeout, a.err)
 	}
 	return a.v, a.err
 }
+
+// attemptEpoch is the base of attempt deadlines: monoNow reads only the
+// monotonic clock, which is all a deadline needs.
+var attemptEpoch = time.Now()
+
+// monoNow returns the monotonic time in nanoseconds since attemptEpoch.
+func monoNow() int64 { return int64(time.Since(attemptEpoch)) }
 
 // States of a timedAttempt.
 const (
@@ -216,7 +222,7 @@ const (
 // attempt given up at its deadline writes into it unread.
 type timedAttempt[V any] struct {
 	parent   context.Context
-	deadline time.Time
+	deadline int64 // the attempt's own, on monoNow
 	key      string
 	fn       loader[V]
 	v        V
@@ -243,12 +249,49 @@ func (a *timedAttempt[V]) run() {
 	}
 }
 
+// task is work for goRun.
+type task interface{ run() }
+
+// runner starts a task on a new goroutine. Runners are pooled, with their
+// goroutine function made once, so that starting a task allocates nothing:
+// a go statement that passes an argument allocates a closure for it.
+type runner struct {
+	t  task
+	fn func()
+}
+
+var runners sync.Pool
+
+// goRun runs t.run on a goroutine of its own.
+func goRun(t task) {
+	r, _ := runners.Get().(*runner)
+	if r == nil {
+		r = new(runner)
+		r.fn = r.start
+	}
+	r.t = t
+	go r.fn()
+}
+
+func (r *runner) start() {
+	t := r.t
+	r.t = nil
+	runners.Put(r)
+	t.run()
+}
+
 // wait blocks until fn finishes (true), or the attempt's deadline or the
-// caller's cancellation ends it (false).
+// caller's cancellation ends it (false). It arms the deadline's timer.
 func (a *timedAttempt[V]) wait() bool {
 	a.wake = make(chan struct{})
 	if !a.state.CompareAndSwap(attemptRunning, attemptWaited) {
 		return true // finished meanwhile
+	}
+	if d := time.Duration(a.deadline - monoNow()); d > 0 {
+		t := time.AfterFunc(d, a.expire)
+		defer t.Stop()
+	} else {
+		a.expire()
 	}
 	select {
 	case <-a.wake:
@@ -258,6 +301,19 @@ func (a *timedAttempt[V]) wait() bool {
 	case <-a.parent.Done():
 		return false
 	}
+}
+
+// finish ends the context of an attempt whose fn has returned, and returns
+// why it had ended before, if it had.
+func (a *timedAttempt[V]) finish() error {
+	a.mu.Lock()
+	cause := a.cause
+	a.mu.Unlock()
+	if cause == nil && a.err != nil && monoNow() >= a.deadline {
+		cause = context.DeadlineExceeded // past the deadline the timer was not armed for
+	}
+	a.cancel(context.Canceled)
+	return cause
 }
 
 func (a *timedAttempt[V]) expire() { a.cancel(context.DeadlineExceeded) }
@@ -285,7 +341,13 @@ func (a *timedAttempt[V]) cancel(err error) {
 }
 
 // Deadline is the attempt's deadline, or the caller's if it is earlier.
-func (a *timedAttempt[V]) Deadline() (time.Time, bool) { return a.deadline, true }
+func (a *timedAttempt[V]) Deadline() (time.Time, bool) {
+	own := attemptEpoch.Add(time.Duration(a.deadline))
+	if d, ok := a.parent.Deadline(); ok && d.Before(own) {
+		return d, true
+	}
+	return own, true
+}
 
 // Done is closed when the attempt's deadline passes, when the caller's
 // context ends, and when the attempt returns.
@@ -301,10 +363,17 @@ func (a *timedAttempt[V]) Done() <-chan struct{} {
 	return a.done
 }
 
+// Err is why the context ended. Until the caller arms the timer, a
+// deadline that has passed is noticed here.
 func (a *timedAttempt[V]) Err() error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.cause
+	cause := a.cause
+	a.mu.Unlock()
+	if cause == nil && monoNow() >= a.deadline {
+		a.expire()
+		return a.Err()
+	}
+	return cause
 }
 
 // Value is the caller's context's, except for the standard library's
@@ -348,7 +417,8 @@ func (a *timedAttempt[V]) AfterFunc(f func()) (stop func() bool) {
 }
 
 func (a *timedAttempt[V]) String() string {
-	return "resilience.attemptContext(" + a.deadline.String() + ")"
+	d, _ := a.Deadline()
+	return "resilience.attemptContext(" + d.String() + ")"
 }
 
 // cancelCtxKey is the key the standard library's context package looks up

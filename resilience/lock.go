@@ -223,7 +223,9 @@ func (p *Pipeline[V]) sharedGet(ctx context.Context, key string) (cache.Entry[V]
 // if it is not there, tries the lock, which takes it over when the holder
 // stopped beating: the first waiter to look then loads under a new grant,
 // and the others keep waiting for its value. A live holder is waited for
-// up to MaxWait; then the waiter loads unlocked.
+// up to MaxWait; then the waiter loads unlocked. After an announcement,
+// which says the value most likely landed, the look starts with a plain
+// read, and tries the lock only if that finds no fresh value.
 //
 // The lock was found held after the look (or read) that missed, and mark
 // was taken before it: the subscription hears of every announcement since,
@@ -238,13 +240,32 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		defer wsp.End()
 	}
 	bo := p.pollBackOff()
-	look := lookNow
+	look, announced := lookNow, false
 	select {
 	case <-woken: // announced since the read that missed
-		look = true
+		look, announced = true, true
 	default:
 	}
 	for {
+		if look && announced && p.rlock != nil && !o.refresh {
+			// An announcement says the value most likely landed: a plain
+			// read, the cheapest command, answers; only when it finds no
+			// fresh value does the look below try the lock. A burst wakes
+			// every waiter of a process at once, so their reads go out
+			// together, and Redis runs no script for them.
+			e, f, err := p.l2Get(ctx, key)
+			switch {
+			case err == nil && o.accepts(&e, f):
+				p.fillL1(key, e, o)
+				p.lockOutcome(ctx, sp, "waited", start, nil)
+				o.res, err = fromEntry(&e, SourceWaited)
+				return err
+			case err != nil && ctx.Err() != nil:
+				return err
+			case err != nil:
+				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
+			}
+		}
 		if look && p.rlock != nil && !o.refresh {
 			lk, err := p.lookRedis(ctx, key)
 			switch {
@@ -298,8 +319,10 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			return p.loadAndStore(ctx, key, load, nil, o)
 		}
 		t := time.NewTimer(min(bo.NextBackOff(), left))
+		announced = false
 		select {
 		case <-woken:
+			announced = true
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()

@@ -406,6 +406,8 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 	switch {
 	case p.rlock != nil:
 		p.lockedMany(ctx, todo, load, outs)
+	case p.l2 != nil && p.locker != nil:
+		p.lockedEach(ctx, todo, load, outs)
 	case p.l2 != nil:
 		p.l2Many(ctx, todo, load, outs)
 	default:
@@ -434,7 +436,7 @@ func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFu
 	lctx := ctx
 	if p.tel.Tracing() {
 		lctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("HGET"), attrKeys.Int(len(keys))))
+			trace.WithAttributes(p.l2Attrs("HGET", "Load", attrKeys.Int(len(keys)))...))
 	}
 	gots, err := guard(lctx, p.redisGuard, func(ctx context.Context) ([]cache.Got[V], error) {
 		gs, err := p.l2.GetMany(ctx, keys)
@@ -554,6 +556,83 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 		// One goroutine waits for every key that others hold while this
 		// one loads its own. Each writes only its keys' outcomes.
 		wg.Go(func() { p.awaitMany(ctx, waits, subs, load, outs, start) })
+	}
+	p.loadBatch(ctx, items, load, outs)
+	wg.Wait()
+}
+
+// lockedEach is the batch's part with a backend's lock, which has no look
+// that also tries the lock: for each key, a read, then, unless the value
+// is fresh, the lock, then (won) a second read, since another process may
+// have written it in between. One loader call serves the keys won (and
+// those the backend could not answer), written back under their grants
+// (write, release, wake the waiters) by loadBatch. The keys other
+// processes hold are waited for on Get's wait path, one goroutine each,
+// while this one loads its own.
+func (p *Pipeline[V]) lockedEach(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
+	start := time.Now()
+	var items []*loadItem
+	var waits []string
+	for _, k := range keys {
+		out := outs[k]
+		e, f, err := p.l2Get(ctx, k)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			out.err, out.set = ctx.Err(), true
+			continue
+		case err != nil: // recorded by l2Get
+			items = append(items, &loadItem{key: k, failOpen: err})
+			continue
+		case f == cache.Fresh:
+			p.fillL1(k, e, out.o)
+			out.o.res, out.err = fromEntry(&e, SourceL2)
+			out.set = true
+			continue
+		case f == cache.Stale:
+			out.o.stale, out.o.hasStale = e, true
+		}
+		lease, err := p.tryAcquire(ctx, k)
+		switch {
+		case err == nil:
+			p.lockOutcome(ctx, nil, "acquired", start, lease)
+			e, f, err := p.l2Get(ctx, k)
+			switch {
+			case err != nil:
+				// The write-back would fail too: load, in L1 only.
+				items = append(items, &loadItem{key: k, lease: lease, failOpen: err})
+			case f == cache.Fresh:
+				p.release(ctx, k, lease)
+				p.fillL1(k, e, out.o)
+				out.o.res, out.err = fromEntry(&e, SourceL2)
+				out.set = true
+			default:
+				items = append(items, &loadItem{key: k, lease: lease})
+			}
+		case errors.Is(err, lock.ErrNotAcquired):
+			if p.swr && f == cache.Stale && !e.NotFound {
+				// Another process refreshes it: serve the stale copy now.
+				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
+				out.set = true
+				continue
+			}
+			waits = append(waits, k)
+		case ctx.Err() != nil:
+			out.err, out.set = err, true
+		default:
+			p.failOpen(ctx, nil, "lock_acquire", err)
+			p.lockOutcome(ctx, nil, "failed_open", start, nil)
+			items = append(items, &loadItem{key: k, failOpen: err})
+		}
+	}
+	var wg sync.WaitGroup
+	one := oneOfMany(load)
+	for _, k := range waits {
+		out := outs[k]
+		// Each goroutine writes its own key's outcome only.
+		wg.Go(func() {
+			out.err = p.await(ctx, nil, k, one, out.o, start, 0)
+			out.set = true
+		})
 	}
 	p.loadBatch(ctx, items, load, outs)
 	wg.Wait()
@@ -822,7 +901,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], it
 	var sp trace.Span
 	if p.tel.Tracing() {
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanWriteBack, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA"), attrKeys.Int(len(writes))))
+			trace.WithAttributes(p.l2Attrs("EVALSHA", "Save", attrKeys.Int(len(writes)))...))
 		defer sp.End()
 	}
 	ws, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]cache.Written, error) {
@@ -901,7 +980,13 @@ func appendLease(ls []*lock.Lease, l *lock.Lease) []*lock.Lease {
 // trip, on a goroutine of its own (Close waits for it). Like release, it
 // never goes through the Redis breaker and has a deadline of its own.
 func (p *Pipeline[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
-	if len(leases) == 0 || p.rlock == nil {
+	if len(leases) == 0 {
+		return
+	}
+	if p.rlock == nil { // a backend's leases: one by one
+		for _, l := range leases {
+			p.release(ctx, l.Key(), l)
+		}
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
@@ -936,7 +1021,15 @@ func (p *Pipeline[V]) keepAliveMany(ctx context.Context, items []*loadItem) (sto
 			}
 		}
 	}
-	if len(held) == 0 || p.rlock == nil {
+	if len(held) == 0 {
+		return func() {}
+	}
+	if p.rlock == nil {
+		// A backend's leases beat one by one, until released or
+		// forgotten (by their write-back, or by releaseMany).
+		for _, it := range held {
+			it.lease.KeepAlive(ctx, func(error) { it.lost.Store(true) })
+		}
 		return func() {}
 	}
 	quit, done := make(chan struct{}), make(chan struct{})

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -75,6 +76,16 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
 		// The caller sends the batch that holds its own command (unless
 		// another sender took it first), then hands what queued meanwhile
 		// to a goroutine, so that it is not kept sending others' batches.
+		//
+		// It first lets the goroutines already runnable go ahead, which
+		// costs a lone command next to nothing: in a burst they queue
+		// their commands, and the first batch carries the burst instead
+		// of going out with a handful while thousands of callers queue
+		// behind the reply. Across processes, the looks of a cold key
+		// then reach Redis in the order the processes got through their
+		// bursts, so its lock goes to one that is ready to load, not to
+		// one whose reply would wait behind its own burst.
+		runtime.Gosched()
 		if b.send() {
 			// The goroutine ends when it finds the queue empty.
 			go b.drain()
@@ -152,7 +163,9 @@ func (c *deadlineCtx) Err() error {
 	return context.DeadlineExceeded
 }
 
-func (b *batcher) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+// eval sends an EVAL-family command. name is any, so that the constant
+// names of the callers are boxed at compile time.
+func (b *batcher) eval(ctx context.Context, name any, payload string, keys []string, args []any) *redis.Cmd {
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, name, payload, len(keys))
 	for _, k := range keys {
@@ -244,8 +257,8 @@ func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
 		return nil
 	}
 	budget := b.timeout
-	if d, ok := ctx.Value(budgetKey{}).(time.Duration); ok {
-		budget = d
+	if d, ok := ctx.Value(budgetKey{}).(*time.Duration); ok {
+		budget = *d
 	} else if dl, ok := ctx.Deadline(); ok {
 		budget = time.Until(dl)
 	}

@@ -17,9 +17,14 @@ import (
 // carries the commands applies from when their round trip starts, so that
 // it measures Redis and never the time a burst's commands spent waiting
 // for their batch. Operations run on the caller's goroutine.
+//
+// The same guard bounds the operations on a [Backend], whose calls carry
+// no batcher: deadline says so, and each operation then runs under
+// context.WithTimeout(opTimeout).
 type redisGuard struct {
 	br        *breaker.Breaker
 	opTimeout time.Duration
+	deadline  bool
 	check     checkTarget // what Check looks at
 }
 
@@ -36,9 +41,16 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 	ran := false
 	refused := g.br.Execute(func() error {
 		ran = true
-		// The timeout travels with the command into its batch (see
-		// batcher), which starts counting it when the round trip does.
-		v, err = op(context.WithValue(ctx, budgetKey{}, &g.opTimeout))
+		if g.deadline {
+			octx, cancel := context.WithTimeout(ctx, g.opTimeout)
+			v, err = op(octx)
+			cancel()
+		} else {
+			// The timeout travels with the command into its batch (see
+			// batcher), which starts counting it when the round trip
+			// does.
+			v, err = op(context.WithValue(ctx, budgetKey{}, &g.opTimeout))
+		}
 		switch classify(ctx, err) {
 		case errInfra:
 			return err
@@ -70,41 +82,17 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	if o.OpTimeout == 0 {
 		o.OpTimeout = DefaultRedisTimeout
 	}
-	br := o.SharedBreaker
-	if br == nil {
-		bs := o.Breaker
-		if bs.Name == "" {
-			bs.Name = "redis"
-		}
-		if bs.OpenTimeout == 0 {
-			bs.OpenTimeout = DefaultRedisOpenTimeout
-		}
-		if bs.Failures == 0 && bs.FailureRatio == 0 {
-			bs.FailureRatio = DefaultRedisFailureRatio
-		}
-		var err error
-		if br, err = breaker.New(bs); err != nil {
-			return &ConfigError{Pipeline: c.name, Field: "RedisOptions", Problem: err.Error()}
-		}
+	br, err := p.infraBreaker(c, o.SharedBreaker, o.Breaker, "redis", "RedisOptions")
+	if err != nil {
+		return err
 	}
-	// The pipeline hears the Redis breaker's transitions whether it owns
-	// it or shares it, and stops hearing them when it closes.
-	unsubscribe := br.Subscribe(p.breakerObserver(nil, c.onBreaker))
-	p.closers = append(p.closers, func() error { unsubscribe(); return nil })
 	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout,
 		check: checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}}
 	// The cache and the lock send their commands through one batcher.
 	batch := newBatcher(c.redis, o.OpTimeout)
 	l2, err := cache.NewRedis[V](batch, cache.RedisOptions{
 		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec, Encrypt: o.Encrypt,
-		OnCorrupt: func(_ string, err error) {
-			if p.decryptFailed(err) {
-				return
-			}
-			if p.tel.Metering() {
-				p.tel.Corrupt(context.Background(), "l2")
-			}
-		},
+		OnCorrupt: p.l2Corrupt,
 	})
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Redis", Problem: err.Error()}
@@ -130,12 +118,41 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	return nil
 }
 
+// infraBreaker is the breaker around Redis or a backend: shared, or the
+// pipeline's own, built from bs with the Redis defaults and named name
+// unless bs names it. The pipeline hears its transitions whether it owns
+// it or shares it, and stops hearing them when it closes.
+func (p *Pipeline[V]) infraBreaker(c config[V], shared *breaker.Breaker, bs breaker.Settings, name, field string) (*breaker.Breaker, error) {
+	br := shared
+	if br == nil {
+		if bs.Name == "" {
+			bs.Name = name
+		}
+		if bs.OpenTimeout == 0 {
+			bs.OpenTimeout = DefaultRedisOpenTimeout
+		}
+		if bs.Failures == 0 && bs.FailureRatio == 0 {
+			bs.FailureRatio = DefaultRedisFailureRatio
+		}
+		var err error
+		if br, err = breaker.New(bs); err != nil {
+			return nil, &ConfigError{Pipeline: c.name, Field: field, Problem: err.Error()}
+		}
+	}
+	unsubscribe := br.Subscribe(p.breakerObserver(nil, c.onBreaker))
+	p.closers = append(p.closers, func() error { unsubscribe(); return nil })
+	return br, nil
+}
+
 // isNilClient reports whether client is nil or a typed nil pointer (a
 // *redis.Client variable never assigned), which would crash the first call.
-func isNilClient(client redis.UniversalClient) bool {
-	if client == nil {
+func isNilClient(client redis.UniversalClient) bool { return isNil(client) }
+
+// isNil reports whether v is nil or holds a nil pointer.
+func isNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	v := reflect.ValueOf(client)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }

@@ -92,3 +92,64 @@ func TestLockedPath_commands(t *testing.T) {
 		t.Fatalf("loader calls = %d, want 2", c.calls.Load())
 	}
 }
+
+// TestLockedPath_waiterWokenByAnnouncement checks what a waiter in another
+// process sends to Redis: the look that finds the lock held, then, woken
+// by the holder's announcement, one plain HGET, which finds the value.
+func TestLockedPath_waiterWokenByAnnouncement(t *testing.T) {
+	s := redistest.Start(t)
+	holder := build(t, New[string]("wake").Cache(time.Hour).Redis(s.Client()).Lock(LockSettings{}))
+	rdb := s.Client()
+	log := &cmdLog{}
+	rdb.AddHook(log)
+	// No poll comes before the announcement.
+	waiter := build(t, New[string]("wake").Cache(time.Hour).Redis(rdb).Lock(LockSettings{Poll: time.Hour}))
+	ctx := context.Background()
+	c := &counter{}
+	// Warm keys load the scripts and open the connections.
+	if _, err := holder.Get(ctx, "warm-a", c.load); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.Get(ctx, "warm-b", c.load); err != nil {
+		t.Fatal(err)
+	}
+	c.gate = make(chan struct{})
+	holderDone := make(chan error, 1)
+	go func() {
+		_, err := holder.Get(ctx, "k", c.load)
+		holderDone <- err
+	}()
+	waitFor(t, func() bool { return c.calls.Load() == 3 })
+
+	log.take()
+	type res struct {
+		r   Result[string]
+		err error
+	}
+	waiterDone := make(chan res, 1)
+	go func() {
+		r, err := waiter.GetResult(ctx, "k", c.load)
+		waiterDone <- res{r, err}
+	}()
+	// Once the look is sent, an announcement after it reaches the wait.
+	var got []string
+	waitFor(t, func() bool {
+		got = append(got, log.take()...)
+		return len(got) > 0
+	})
+	close(c.gate)
+	if err := <-holderDone; err != nil {
+		t.Fatal(err)
+	}
+	w := <-waiterDone
+	if w.err != nil || w.r.Source != SourceWaited || w.r.Value != "v:k" {
+		t.Fatalf("waiter: %+v, %v; want the holder's value, waited", w.r, w.err)
+	}
+	got = append(got, log.take()...)
+	if !slices.Equal(got, []string{"evalsha", "hget"}) {
+		t.Fatalf("the waiter sent %q, want the look and one HGET", got)
+	}
+	if n := c.calls.Load(); n != 3 {
+		t.Fatalf("loader calls = %d, want 3 (two warm keys, one load of k)", n)
+	}
+}

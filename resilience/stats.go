@@ -127,23 +127,34 @@ func countCall[V any](s *stats, r *Result[V], err error) {
 }
 
 // stripes is the number of stripes of a stripedCounter.
-const stripes = 8
+const (
+	stripeBits = 4
+	stripes    = 1 << stripeBits
+)
 
 // stripedCounter is a counter that goroutines on different cores bump
 // without sharing a cache line, most of the time: each adds to the stripe
-// its stack picks, and a read sums the stripes.
+// its stack picks, and a read sums the stripes. Padding on both sides
+// keeps the stripes off the lines of the fields around the counter, which
+// every call reads.
 type stripedCounter struct {
+	_ [64]byte
 	s [stripes]struct {
 		n atomic.Uint64
 		_ [56]byte // one stripe per cache line
 	}
+	_ [64]byte
 }
 
 func (c *stripedCounter) add() {
 	// Goroutine stacks lie apart, so the address of a local variable
 	// tells goroutines apart without a call; the address is only read.
+	// Stacks are aligned to their size, a power of two that grows: the
+	// page number is hashed, so that stacks of any size spread over all
+	// the stripes.
 	var b byte
-	i := uintptr(unsafe.Pointer(&b)) >> 13 % stripes
+	x := uint64(uintptr(unsafe.Pointer(&b)) >> 12)
+	i := x * 0x9e3779b97f4a7c15 >> (64 - stripeBits)
 	c.s[i].n.Add(1)
 }
 

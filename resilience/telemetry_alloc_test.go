@@ -32,6 +32,13 @@ func TestTelemetry_L1HitNoSDK_noAllocs(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("L1 hit: %v allocs, want 0", n)
 	}
+	if n := testing.AllocsPerRun(1000, func() {
+		if r, err := p.GetResult(ctx, "k", okLoad); err != nil || r.Source != SourceL1 {
+			t.Fatal(r.Source, err)
+		}
+	}); n != 0 {
+		t.Fatalf("L1 hit through GetResult: %v allocs, want 0", n)
+	}
 }
 
 // TestTelemetry_L1HitSDK_noAllocs: with an SDK that samples nothing and

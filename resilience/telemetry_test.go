@@ -326,7 +326,7 @@ resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.sou
     resilience.lock [herdguard.lock.outcome=waited]
       resilience.lock.wait
         resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.cache.freshness=miss herdguard.cache.hit=false]
-        resilience.l2 (client) [db.operation.name=EVALSHA db.system.name=redis herdguard.cache.freshness=fresh herdguard.cache.hit=true]
+        resilience.l2 (client) [db.operation.name=HGET db.system.name=redis herdguard.cache.freshness=fresh herdguard.cache.hit=true]
 `)
 	waitLock := rec.spansNamed(waiter, telemetry.SpanLock)[0]
 	if ms, ok := attrOf(waitLock, telemetry.LockWaitMS); !ok || ms.AsFloat64() <= 0 {

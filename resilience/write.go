@@ -179,9 +179,7 @@ func (p *Pipeline[V]) dropAllLocal() {
 // subscription is (re-)established: announcements published while it was
 // down are lost.
 func (p *Pipeline[V]) watchWrites(n *lock.RedisNotifier) {
-	var b [rkey.OriginLen]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	p.writes.origin = string(b[:])
+	p.writes.origin = newOrigin()
 	n.SetHooks(lock.NotifierHooks{
 		OnWrite: func(w lock.Write) {
 			if w.Origin != p.writes.origin {
@@ -197,6 +195,13 @@ func (p *Pipeline[V]) watchWrites(n *lock.RedisNotifier) {
 			}
 		},
 	})
+}
+
+// newOrigin returns a random origin, to tag a pipeline's announcements.
+func newOrigin() string {
+	var b [rkey.OriginLen]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return string(b[:])
 }
 
 // genSlots is how many write generations a pipeline keeps. Keys share

@@ -54,8 +54,9 @@ const (
 // Space names the keys of one namespace. The zero value is not usable; build
 // one with [New].
 type Space struct {
-	prefix string
-	ns     string
+	// head is P{len(N):N: and channel the announcement channel, built once:
+	// a key's names then cost one concatenation each.
+	head, channel string
 }
 
 // New returns the key space for namespace under prefix. An empty prefix
@@ -72,7 +73,8 @@ func New(prefix, namespace string) (Space, error) {
 		return Space{}, fmt.Errorf("rkey: prefix %q must not contain braces", prefix)
 	}
 	ns := escape(namespace)
-	return Space{prefix: prefix, ns: strconv.Itoa(len(ns)) + ":" + ns}, nil
+	ns = strconv.Itoa(len(ns)) + ":" + ns
+	return Space{head: prefix + "{" + ns + ":", channel: prefix + "{" + ns + "}:announce"}, nil
 }
 
 // escaper makes a name safe inside a hash tag; see the package doc.
@@ -87,20 +89,20 @@ func escape(s string) string {
 
 // Base returns P{len(N):N:K}, the stem shared by the keys of key.
 func (s Space) Base(key string) string {
-	return s.prefix + "{" + s.ns + ":" + escape(key) + "}"
+	return s.head + escape(key) + "}"
 }
 
 // Value returns the key that holds key's cached entry.
-func (s Space) Value(key string) string { return s.Base(key) + ":v" }
+func (s Space) Value(key string) string { return s.head + escape(key) + "}:v" }
 
 // Lock returns the key that holds key's lock token.
-func (s Space) Lock(key string) string { return s.Base(key) + ":lock" }
+func (s Space) Lock(key string) string { return s.head + escape(key) + "}:lock" }
 
 // Fence returns the key that holds key's fence counter.
-func (s Space) Fence(key string) string { return s.Base(key) + ":fence" }
+func (s Space) Fence(key string) string { return s.head + escape(key) + "}:fence" }
 
 // Channel returns the announcement channel of the namespace.
-func (s Space) Channel() string { return s.prefix + "{" + s.ns + "}:announce" }
+func (s Space) Channel() string { return s.channel }
 
 // FenceLua is the Lua prelude of the scripts that hand out fences (lock
 // grants in package lock, writes and tombstones in package cache): what a

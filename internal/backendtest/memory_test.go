@@ -1,0 +1,23 @@
+package backendtest_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/herdguard/herdguard/internal/backendtest"
+	"github.com/herdguard/herdguard/resilience"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestMemory(t *testing.T) {
+	var m backendtest.Memory
+	backendtest.Run(t, func(t *testing.T, s resilience.BackendScope) resilience.Shared {
+		v, err := m.Open(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	})
+}
