@@ -4,13 +4,16 @@ import (
 	"context"
 	"log"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/backend/postgres"
+	"github.com/herdguard/herdguard/resilience"
 )
 
-// A backend on the service's pool, its tables created at start-up. Behind
+// A pipeline on a backend on the service's pool, its tables created at
+// start-up. Behind
 // PgBouncer in transaction mode, ListenDSN names the database server
 // itself, for the LISTEN connections.
 func ExampleNew() {
@@ -30,5 +33,19 @@ func ExampleNew() {
 	if err := pg.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	_ = pg // given to Builder.Backend
+	users, err := resilience.New[string]("users").
+		Cache(time.Minute).
+		Backend(pg).
+		Lock(resilience.LockSettings{}).
+		Build()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer users.Close()
+	name, err := users.Get(ctx, "42", func(ctx context.Context, id string) (string, error) {
+		var name string
+		err := pool.QueryRow(ctx, "SELECT name FROM users WHERE id = $1", id).Scan(&name)
+		return name, err
+	})
+	log.Println(name, err)
 }
