@@ -1,0 +1,214 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/herdguard/herdguard/resilience"
+)
+
+// schemaVersion marks a schema that Migrate completed; a new version of
+// schema.sql gets a new mark, so that processes migrate it once.
+const schemaVersion = "herdguard postgres schema 1"
+
+//go:embed schema.sql
+var schemaSource string
+
+// Backend is a [resilience.Backend] kept in a PostgreSQL database, given
+// to Builder.Backend. It is safe for concurrent use, and one Backend may
+// serve many pipelines.
+type Backend struct {
+	pool *pgxpool.Pool
+	o    Options
+	q    queries
+	// listen configures the LISTEN connections.
+	listen *pgx.ConnConfig
+	// lockID is the advisory lock key that serializes Migrate.
+	lockID int64
+
+	migrateMu sync.Mutex  // serializes this process's migrations
+	migrated  atomic.Bool // set once Migrate succeeded
+}
+
+var _ resilience.Backend = (*Backend)(nil)
+
+// New returns a Backend that keeps its tables in the database pool talks
+// to. It fails when pool is nil or o is not valid (a ListenDSN that does
+// not parse). It does not touch the database: the tables and functions are
+// created by [Backend.Migrate], which the first operation runs when no
+// call to it has succeeded yet.
+func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: pool is nil")
+	}
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	listen := pool.Config().ConnConfig.Copy()
+	if o.ListenDSN != "" {
+		if listen, err = pgx.ParseConfig(o.ListenDSN); err != nil {
+			return nil, fmt.Errorf("postgres: ListenDSN: %w", err)
+		}
+	}
+	sum := sha256.Sum256([]byte("herdguard migrate " + o.Schema + "." + o.Prefix))
+	return &Backend{pool: pool, o: o, q: newQueries(o), listen: listen,
+		lockID: int64(binary.BigEndian.Uint64(sum[:8]))}, nil
+}
+
+// System returns "postgresql", the OpenTelemetry db.system.name of the
+// backend, for span attributes.
+func (b *Backend) System() string { return "postgresql" }
+
+// Migrate creates the tables and functions if they are missing, and
+// replaces the functions of an older version. It is idempotent and safe to
+// run from many processes at once: the DDL runs in one transaction under
+// an advisory transaction lock. When they are up to date it only reads
+// (one query), so a role without the right to create tables may use a
+// schema that another role migrated. Call it at start-up to learn early
+// that the database refuses it; otherwise the first operation runs it.
+func (b *Backend) Migrate(ctx context.Context) error {
+	if b.migrated.Load() {
+		return nil
+	}
+	b.migrateMu.Lock()
+	defer b.migrateMu.Unlock()
+	if b.migrated.Load() {
+		return nil
+	}
+	if err := b.migrate(ctx); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("postgres: migrate: %w", cerr)
+		}
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	b.migrated.Store(true)
+	return nil
+}
+
+func (b *Backend) migrate(ctx context.Context) error {
+	var current *string
+	if err := b.pool.QueryRow(ctx, b.q.version).Scan(&current); err != nil {
+		return err
+	}
+	if current != nil && *current == schemaVersion {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", b.lockID); err != nil {
+			return err
+		}
+		// Simple protocol: the script holds many statements.
+		_, err := tx.Exec(ctx, b.q.schema, pgx.QueryExecModeSimpleProtocol)
+		return err
+	})
+}
+
+// lost makes the next operation run Migrate again when err says that a
+// table or function is missing (dropped since, or a database restored
+// without them).
+func (b *Backend) lost(err error) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42883") {
+		b.migrated.Store(false)
+	}
+}
+
+// ready runs Migrate unless it has succeeded.
+func (b *Backend) ready(ctx context.Context) error {
+	if b.migrated.Load() {
+		return nil
+	}
+	return b.Migrate(ctx)
+}
+
+// Open implements [resilience.Backend]: the view of the pipeline named
+// s.Namespace. It starts the view's LISTEN connection and its sweeper,
+// and waits for the connection's first attempt, two seconds at most, so
+// that the view hears what is notified once it is returned; a database
+// that cannot be reached does not fail Open (the pipeline fails open),
+// and the connection keeps being tried in the background.
+func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
+	if s.Namespace == "" {
+		return nil, errors.New("postgres: namespace is empty")
+	}
+	if s.Heartbeat < 0 {
+		return nil, errors.New("postgres: heartbeat must not be negative")
+	}
+	return newShared(b, s)
+}
+
+// queries are the backend's SQL, with its tables' and functions' names.
+type queries struct {
+	schema, version                             string
+	lockT, valueT                               string // the tables' qualified names
+	acquire, save, nextFence                    string
+	load, extend, release, inspect              string
+	sweepValues, sweepLocks, notify, listenName string
+}
+
+func newQueries(o Options) queries {
+	name := func(s string) string { return pgx.Identifier{o.Schema, o.Prefix + s}.Sanitize() }
+	persistence := ""
+	if o.Unlogged {
+		persistence = "UNLOGGED"
+	}
+	r := strings.NewReplacer(
+		"{lock}", name("lock"), "{value}", name("value"),
+		"{lock_expires}", pgx.Identifier{o.Prefix + "lock_expires"}.Sanitize(),
+		"{value_until}", pgx.Identifier{o.Prefix + "value_until"}.Sanitize(),
+		"{clock_us}", name("clock_us"), "{acquire}", name("acquire"),
+		"{save}", name("save"), "{next_fence}", name("next_fence"),
+		"{persistence}", persistence,
+		"{lock_wait}", fmt.Sprintf("'%dms'", lockWait.Milliseconds()),
+		"{version}", "'"+schemaVersion+"'",
+	)
+	lockT, valueT := name("lock"), name("value")
+	regclass := "'" + strings.ReplaceAll(lockT, "'", "''") + "'"
+	return queries{
+		schema:    r.Replace(schemaSource),
+		lockT:     lockT,
+		valueT:    valueT,
+		version:   "SELECT obj_description(to_regclass(" + regclass + "), 'pg_class')",
+		acquire:   "SELECT o_fence, o_how FROM " + name("acquire") + "($1, $2, $3, $4, $5)",
+		save:      "SELECT " + name("save") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		nextFence: "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
+		load: "SELECT v.data FROM " + valueT + " AS v " +
+			"WHERE v.namespace = $1 AND v.key = $2 AND v.until > clock_timestamp()",
+		extend: "UPDATE " + lockT + " AS l SET expires_at = clock_timestamp() + $4 * interval '1 microsecond', " +
+			"beat_at = clock_timestamp() " +
+			"WHERE l.namespace = $1 AND l.key = $2 AND l.token = $3 AND l.expires_at > clock_timestamp()",
+		// The waiters are woken whether or not the token still held the
+		// lock: they should look.
+		release: "WITH r AS (UPDATE " + lockT + " AS l SET token = NULL, expires_at = clock_timestamp() " +
+			"WHERE l.namespace = $1 AND l.key = $2 AND l.token = $3 AND l.expires_at > clock_timestamp() RETURNING 1) " +
+			"SELECT (SELECT count(*) FROM r) FROM pg_notify($4, $5)",
+		inspect: "SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint FROM " + lockT + " AS l " +
+			"WHERE l.namespace = $1 AND l.key = $2 AND l.token IS NOT NULL AND l.expires_at > clock_timestamp()",
+		sweepValues: "DELETE FROM " + valueT + " WHERE ctid = ANY(ARRAY(SELECT v.ctid FROM " + valueT + " AS v " +
+			"WHERE v.until < clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED))",
+		sweepLocks: "DELETE FROM " + lockT + " WHERE ctid = ANY(ARRAY(SELECT l.ctid FROM " + lockT + " AS l " +
+			"WHERE l.expires_at < clock_timestamp() - $2 * interval '1 microsecond' LIMIT $1 FOR UPDATE SKIP LOCKED))",
+		notify:     "SELECT pg_notify($1, $2)",
+		listenName: o.Schema + "." + o.Prefix,
+	}
+}
+
+// channelOf returns the notification channel of a namespace: a hash, so
+// that it fits PostgreSQL's 63-byte identifiers whatever the namespace.
+func channelOf(space, namespace string) string {
+	sum := sha256.Sum256([]byte(space + "\x00" + namespace))
+	return "herdguard_" + hex.EncodeToString(sum[:16])
+}

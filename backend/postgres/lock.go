@@ -1,0 +1,172 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/herdguard/herdguard/lock"
+)
+
+const (
+	// cleanupTimeout bounds each token-checked release that follows an
+	// acquire whose outcome is unknown.
+	cleanupTimeout = time.Second
+	// lockWait bounds how long a statement waits for a row lock
+	// (lock_timeout, set by the functions): past it, a statement whose
+	// client gave up can no longer grant the lock.
+	lockWait = time.Second
+)
+
+// TryAcquire implements [lock.Locker] in one statement (one round trip):
+// it takes key's lock, or takes it over from a holder whose last beat is
+// older than two of its beats ([lock.Lease.TookOver]), with a fence above
+// every earlier grant and write of key. It returns [lock.ErrNotAcquired]
+// when a live holder has key, a [*lock.BackendError] when the database
+// fails, and an error matching ctx's when ctx ends first.
+//
+// When the outcome is unknown (ctx ended or the connection broke while
+// the statement was in flight), the lock is released by its token on a
+// goroutine of its own, so that no lock is orphaned: at once, and, if the
+// token did not hold it yet, again once the statement can no longer have
+// waited for the row (the server may still be running it: it does not
+// notice at once that its client left). Close waits for it, two seconds
+// at most. If the database cannot be reached for it, the lock never beats
+// and is taken over two beats later.
+func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration) (*lock.Lease, error) {
+	if key == "" || lease <= 0 {
+		return nil, fmt.Errorf("lock: acquire %q: key must not be empty and lease must be positive", shortKey(key))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lock: acquire %q: %w", shortKey(key), err)
+	}
+	if err := s.b.ready(ctx); err != nil {
+		return nil, s.lockErr(ctx, "acquire", key, err)
+	}
+	tok := newToken()
+	start := time.Now()
+	beat := min(s.heartbeat, lease/3)
+	var fence int64
+	var how int
+	err := s.b.pool.QueryRow(ctx, s.b.q.acquire, s.ns, rowKey(key), tok, lease.Microseconds(),
+		max(beat.Microseconds(), 1)).Scan(&fence, &how)
+	if err != nil {
+		if !known(err) {
+			s.cleanups.Add(1)
+			go func() { // ends with the release, bounded by cleanupTimeout
+				defer s.cleanups.Done()
+				s.cleanup(key, tok, start)
+			}()
+		}
+		return nil, s.lockErr(ctx, "acquire", key, err)
+	}
+	if fence <= 0 {
+		return nil, lock.ErrNotAcquired
+	}
+	return lock.NewLease(s, lock.Grant{Key: key, Token: tok, Fence: fence, TTL: lease,
+		Heartbeat: beat, TookOver: how == 2}), nil
+}
+
+// cleanup releases key's lock if tok holds it, on contexts of its own:
+// the caller's may be the very reason the outcome is unknown. An acquire
+// sent at start may still be waiting for the row, up to lockWait: when
+// the first release finds the token not holding the lock, a second one
+// follows past that.
+func (s *shared) cleanup(key, tok string, start time.Time) {
+	release := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		return s.Release(ctx, key, tok)
+	}
+	if err := release(); !errors.Is(err, lock.ErrNotHeld) {
+		return // released, or the database fails: the take-over covers it
+	}
+	time.Sleep(time.Until(start.Add(lockWait + 100*time.Millisecond)))
+	_ = release()
+}
+
+// Inspect implements [lock.Locker].
+func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
+	if err := s.b.ready(ctx); err != nil {
+		return false, 0, s.lockErr(ctx, "inspect", key, err)
+	}
+	var us int64
+	err := s.b.pool.QueryRow(ctx, s.b.q.inspect, s.ns, rowKey(key)).Scan(&us)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, 0, nil
+	}
+	if err != nil {
+		return false, 0, s.lockErr(ctx, "inspect", key, err)
+	}
+	return true, time.Duration(max(us, 0)) * time.Microsecond, nil
+}
+
+// Release implements [lock.Holder]: it clears key's holder if token still
+// holds it, and wakes key's waiters in every process either way, in one
+// statement.
+func (s *shared) Release(ctx context.Context, key, token string) error {
+	rk := rowKey(key)
+	var n int64
+	err := s.b.pool.QueryRow(ctx, s.b.q.release, s.ns, rk, token, s.channel, wakePayload(rk)).Scan(&n)
+	if err != nil {
+		return s.lockErr(ctx, "release", key, err)
+	}
+	if n == 0 {
+		return lock.ErrNotHeld
+	}
+	return nil
+}
+
+// Extend implements [lock.Holder]: it resets key's lease to ttl from now
+// and records a beat, if token still holds it.
+func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	tag, err := s.b.pool.Exec(ctx, s.b.q.extend, s.ns, rowKey(key), token, ttl.Microseconds())
+	if err != nil {
+		return s.lockErr(ctx, "extend", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return lock.ErrNotHeld
+	}
+	return nil
+}
+
+// lockErr returns the context's error when ctx has ended, and a
+// [*lock.BackendError] otherwise.
+func (s *shared) lockErr(ctx context.Context, op, key string, err error) error {
+	s.b.lost(err)
+	return lockErr(ctx, op, key, err)
+}
+
+func lockErr(ctx context.Context, op, key string, err error) error {
+	if cerr := ctxErr(ctx); cerr != nil {
+		return fmt.Errorf("lock: %s %q: %w", op, shortKey(key), cerr)
+	}
+	return &lock.BackendError{Op: op, Err: err}
+}
+
+// known reports whether err came from the server, which means the
+// statement ran (and failed) or was refused: its outcome is known.
+// Anything else (a broken connection, a cancelled context) leaves it
+// unknown.
+func known(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return true
+	}
+	// Errors raised before anything was sent (no connection could be
+	// had) leave nothing behind either.
+	return pgconn.SafeToRetry(err)
+}
+
+// newToken returns a random token that identifies one grant.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

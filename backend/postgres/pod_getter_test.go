@@ -1,0 +1,43 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/resilience"
+)
+
+// newGetter returns a pod's getter: a pipeline on the backend, as a
+// service builds it.
+func newGetter(b *Backend, c podConfig) (getFunc, func(), error) {
+	ttl := c.Fresh
+	if ttl == 0 {
+		ttl = time.Minute
+	}
+	// These tests are about the lock, not about timeouts: unless a test
+	// sets one, a generous operation timeout keeps a loaded machine's
+	// scheduling delays from reading as database failures.
+	op := c.OpTimeout
+	if op == 0 {
+		op = 2 * time.Second
+	}
+	pipe, err := resilience.New[string](c.Name).
+		Cache(ttl).
+		Backend(b).
+		BackendOptions(resilience.BackendOptions{OpTimeout: op, Breaker: breaker.Settings{OpenTimeout: c.BreakerOpen}}).
+		Lock(resilience.LockSettings{Heartbeat: c.Beat, Lease: c.Lease}).
+		Build()
+	if err != nil {
+		return nil, nil, err
+	}
+	get := func(ctx context.Context, key string, load func(context.Context, string) (string, error)) (string, string, error) {
+		r, err := pipe.GetResult(ctx, key, load)
+		src := r.Source.String()
+		if r.FailedOpen {
+			src += "+failed-open"
+		}
+		return r.Value, src, err
+	}
+	return get, func() { _ = pipe.Close() }, nil
+}

@@ -1,0 +1,160 @@
+-- schema.sql creates the tables and functions of one Backend (Schema and
+-- Prefix), idempotently. Migrate runs it in one transaction, under an
+-- advisory transaction lock, so that many processes may run it at once.
+-- {names} are replaced by quoted identifiers before it runs.
+--
+-- {lock} holds one row per key whose lock was granted or whose fence was
+-- taken within the fence retention: the current holder (token, NULL when
+-- free), the largest fence handed out for the key, the lease's end and the
+-- holder's last beat with its declared period. The row outlives its
+-- grants: it is the key's fence counter, and a release only clears the
+-- token (an update in place, without index churn).
+--
+-- Row locks are held for one statement each, so waits for them are short;
+-- {lock_wait} bounds them (lock_timeout) all the same, so that a statement
+-- whose client gave up (the server does not notice at once) cannot grant
+-- a lock long after: see the cleanup that follows an unknown outcome.
+--
+-- {value} holds one row per stored value: its fence, its bytes, and when
+-- the store may drop it. Every time is the database's clock.
+
+CREATE TABLE IF NOT EXISTS {lock} (
+	namespace  text        NOT NULL,
+	key        text        NOT NULL,
+	token      text,
+	fence      bigint      NOT NULL,
+	expires_at timestamptz NOT NULL,
+	beat_at    timestamptz NOT NULL,
+	beat_every interval    NOT NULL,
+	PRIMARY KEY (namespace, key)
+);
+CREATE INDEX IF NOT EXISTS {lock_expires} ON {lock} (expires_at);
+
+CREATE {persistence} TABLE IF NOT EXISTS {value} (
+	namespace text        NOT NULL,
+	key       text        NOT NULL,
+	fence     bigint      NOT NULL,
+	data      bytea       NOT NULL,
+	until     timestamptz NOT NULL,
+	PRIMARY KEY (namespace, key)
+);
+CREATE INDEX IF NOT EXISTS {value_until} ON {value} (until);
+
+-- {clock_us} is a time in microseconds since 1970: the lower bound of
+-- every fence, so that fences keep growing when the rows that counted
+-- them are lost (truncated, or emptied by a crash for an UNLOGGED table).
+CREATE OR REPLACE FUNCTION {clock_us}(t timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT (extract(epoch FROM t) * 1000000)::bigint $$;
+
+-- {acquire} takes key's lock for p_token, or takes it over from a holder
+-- whose last beat is older than two of its beats. It returns the grant's
+-- fence and how: 1 for a free lock, 2 for a take-over; or (0, 0) when a
+-- live holder has it.
+CREATE OR REPLACE FUNCTION {acquire}(p_ns text, p_key text, p_token text,
+	p_lease_us bigint, p_beat_us bigint, OUT o_fence bigint, OUT o_how int)
+LANGUAGE plpgsql AS $$
+DECLARE
+	t   timestamptz;
+	cur {lock}%ROWTYPE;
+	vf  bigint;
+BEGIN
+	PERFORM set_config('lock_timeout', {lock_wait}, true);
+	-- The row must exist before it is locked: two first grants of a key
+	-- then queue on it instead of both inserting.
+	INSERT INTO {lock} AS l (namespace, key, token, fence, expires_at, beat_at, beat_every)
+	VALUES (p_ns, p_key, NULL, 0, clock_timestamp(), clock_timestamp(), interval '0')
+	ON CONFLICT DO NOTHING;
+	SELECT * INTO cur FROM {lock} AS l WHERE l.namespace = p_ns AND l.key = p_key FOR UPDATE;
+	t := clock_timestamp();
+	o_how := 1;
+	IF cur.token IS NOT NULL AND cur.expires_at > t THEN
+		IF cur.beat_at + 2 * cur.beat_every >= t THEN
+			o_fence := 0;
+			o_how := 0;
+			RETURN;
+		END IF;
+		o_how := 2;
+	END IF;
+	SELECT v.fence INTO vf FROM {value} AS v WHERE v.namespace = p_ns AND v.key = p_key;
+	o_fence := greatest({clock_us}(t), cur.fence + 1, coalesce(vf, 0) + 1);
+	UPDATE {lock} AS l SET token = p_token, fence = o_fence,
+		expires_at = t + p_lease_us * interval '1 microsecond',
+		beat_at = t, beat_every = p_beat_us * interval '1 microsecond'
+	WHERE l.namespace = p_ns AND l.key = p_key;
+END $$;
+
+-- {save} writes a value under the fence rule: refused when the stored
+-- value (still live) has a larger fence. With p_token it writes only while
+-- p_token holds key's lock (-1 otherwise: nothing written, nothing
+-- released), and with p_release it then releases the lock and notifies
+-- p_channel, whether the fence rule let the write through or not. Returns
+-- 1 when stored, 0 when refused.
+CREATE OR REPLACE FUNCTION {save}(p_ns text, p_key text, p_fence bigint,
+	p_data bytea, p_ttl_us bigint, p_token text, p_release boolean,
+	p_channel text, p_payload text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+	t      timestamptz := clock_timestamp();
+	stored int := 0;
+BEGIN
+	PERFORM set_config('lock_timeout', {lock_wait}, true);
+	IF p_token <> '' THEN
+		PERFORM 1 FROM {lock} AS l
+		WHERE l.namespace = p_ns AND l.key = p_key AND l.token = p_token AND l.expires_at > t
+		FOR UPDATE;
+		IF NOT FOUND THEN
+			RETURN -1;
+		END IF;
+	END IF;
+	IF p_ttl_us > 0 THEN
+		INSERT INTO {value} AS v (namespace, key, fence, data, until)
+		VALUES (p_ns, p_key, p_fence, p_data, t + p_ttl_us * interval '1 microsecond')
+		ON CONFLICT (namespace, key) DO UPDATE
+		SET fence = excluded.fence, data = excluded.data, until = excluded.until
+		WHERE v.until <= clock_timestamp() OR excluded.fence >= v.fence;
+		IF FOUND THEN
+			stored := 1;
+		END IF;
+	END IF;
+	IF p_token <> '' AND p_release THEN
+		UPDATE {lock} AS l SET token = NULL, expires_at = t
+		WHERE l.namespace = p_ns AND l.key = p_key;
+		PERFORM pg_notify(p_channel, p_payload);
+	END IF;
+	RETURN stored;
+END $$;
+
+-- {next_fence} hands out a fence above every grant and write of key so
+-- far, for a write made without the lock; with p_revoke it also ends the
+-- current grant (and wakes key's waiters on p_channel).
+CREATE OR REPLACE FUNCTION {next_fence}(p_ns text, p_key text, p_revoke boolean,
+	p_channel text, p_payload text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+	t   timestamptz;
+	cur {lock}%ROWTYPE;
+	vf  bigint;
+	f   bigint;
+BEGIN
+	PERFORM set_config('lock_timeout', {lock_wait}, true);
+	INSERT INTO {lock} AS l (namespace, key, token, fence, expires_at, beat_at, beat_every)
+	VALUES (p_ns, p_key, NULL, 0, clock_timestamp(), clock_timestamp(), interval '0')
+	ON CONFLICT DO NOTHING;
+	SELECT * INTO cur FROM {lock} AS l WHERE l.namespace = p_ns AND l.key = p_key FOR UPDATE;
+	t := clock_timestamp();
+	SELECT v.fence INTO vf FROM {value} AS v WHERE v.namespace = p_ns AND v.key = p_key;
+	f := greatest({clock_us}(t), cur.fence + 1, coalesce(vf, 0) + 1);
+	IF p_revoke OR cur.token IS NULL OR cur.expires_at <= t THEN
+		-- The row's retention counts from its last fence.
+		UPDATE {lock} AS l SET fence = f, token = NULL, expires_at = t
+		WHERE l.namespace = p_ns AND l.key = p_key;
+	ELSE
+		UPDATE {lock} AS l SET fence = f WHERE l.namespace = p_ns AND l.key = p_key;
+	END IF;
+	IF p_revoke AND cur.token IS NOT NULL AND cur.expires_at > t THEN
+		PERFORM pg_notify(p_channel, p_payload);
+	END IF;
+	RETURN f;
+END $$;
+
+COMMENT ON TABLE {lock} IS {version};

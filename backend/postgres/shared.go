@@ -1,0 +1,217 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/resilience"
+)
+
+// maxRowKey is the longest key stored as it is; longer keys (and keys
+// that are not valid text) are stored under their SHA-256, so that every
+// key fits a B-tree index entry and a notification's payload.
+const maxRowKey = 512
+
+// openWait bounds how long Open waits for the view's LISTEN connection.
+const openWait = 2 * time.Second
+
+// hashedKey starts the stored form of a hashed key. Keys that start with
+// it are hashed too, so that the two forms never meet.
+const hashedKey = "#sha256:"
+
+// rowKey returns the form under which key is stored and notified.
+func rowKey(key string) string {
+	if len(key) <= maxRowKey && isText(key) && !strings.HasPrefix(key, hashedKey) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hashedKey + hex.EncodeToString(sum[:])
+}
+
+// shared is one pipeline's view of a [Backend]; see [resilience.Shared].
+type shared struct {
+	b         *Backend
+	ns        string
+	channel   string
+	heartbeat time.Duration
+
+	l *listener
+
+	stopSweep func() // ends the sweeper and waits for it
+
+	cleanups sync.WaitGroup // token-checked deletes after acquires of unknown outcome
+
+	closeOnce sync.Once
+}
+
+var (
+	_ resilience.Shared = (*shared)(nil)
+	_ lock.Holder       = (*shared)(nil)
+)
+
+func newShared(b *Backend, s resilience.BackendScope) (*shared, error) {
+	hb := s.Heartbeat
+	if hb == 0 {
+		hb = lock.DefaultHeartbeat
+	}
+	sh := &shared{b: b, ns: s.Namespace, channel: channelOf(b.q.listenName, s.Namespace), heartbeat: hb}
+	sh.l = newListener(b.listen.Copy(), sh.channel, b.o.Poll)
+	sh.l.awaitFirst(openWait)
+	sh.stopSweep = startSweeper(b, b.o.Sweep)
+	return sh, nil
+}
+
+// System returns "postgresql", for span attributes.
+func (s *shared) System() string { return "postgresql" }
+
+// Subscribed reports whether the view's LISTEN connection is up: without
+// it, waiters are woken by polls and other processes' announcements are
+// not heard (the pipeline's Health.Subscribed).
+func (s *shared) Subscribed() bool { return s.l.listening() }
+
+// Close stops the LISTEN connection and the sweeper, and waits for the
+// cleanups of acquires whose outcome was unknown. It does not close the
+// pool. Closing twice returns nil.
+func (s *shared) Close() error {
+	s.closeOnce.Do(func() {
+		s.l.close()
+		s.stopSweep()
+		s.cleanups.Wait()
+	})
+	return nil
+}
+
+// Ping checks that the database answers through the pool.
+func (s *shared) Ping(ctx context.Context) error {
+	if err := s.b.pool.Ping(ctx); err != nil {
+		return s.storeErr(ctx, "ping", "", err)
+	}
+	return nil
+}
+
+// Load implements [cache.Store].
+func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
+	if err := s.b.ready(ctx); err != nil {
+		return nil, s.storeErr(ctx, "load", key, err)
+	}
+	var data []byte
+	err := s.b.pool.QueryRow(ctx, s.b.q.load, s.ns, rowKey(key)).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.storeErr(ctx, "load", key, err)
+	}
+	return data, nil
+}
+
+// Save implements [cache.Store] in one statement (one round trip): the
+// lock check, the fenced write, and with Release the lock's release and
+// the waiters' notification, in one transaction. The value lives until
+// w.Until, counted on the database's clock from the time left now.
+func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save) (bool, error) {
+	if w.Release && w.Token == "" {
+		return false, fmt.Errorf("postgres: save %q: Release without a Token", shortKey(key))
+	}
+	if raw == nil {
+		raw = []byte{}
+	}
+	if err := s.b.ready(ctx); err != nil {
+		return false, s.storeErr(ctx, "save", key, err)
+	}
+	ttl := time.Until(w.Until).Microseconds()
+	rk := rowKey(key)
+	var n int
+	err := s.b.pool.QueryRow(ctx, s.b.q.save, s.ns, rk, w.Fence, raw, ttl, w.Token, w.Release,
+		s.channel, wakePayload(rk)).Scan(&n)
+	if err != nil {
+		return false, s.storeErr(ctx, "save", key, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("postgres: save %q: %w", shortKey(key), cache.ErrLockLost)
+	}
+	return n == 1, nil
+}
+
+// NextFence implements [cache.Store] in one statement.
+func (s *shared) NextFence(ctx context.Context, key string, revoke bool) (int64, error) {
+	if err := s.b.ready(ctx); err != nil {
+		return 0, s.storeErr(ctx, "fence", key, err)
+	}
+	rk := rowKey(key)
+	var f int64
+	if err := s.b.pool.QueryRow(ctx, s.b.q.nextFence, s.ns, rk, revoke, s.channel, wakePayload(rk)).Scan(&f); err != nil {
+		return 0, s.storeErr(ctx, "fence", key, err)
+	}
+	return f, nil
+}
+
+// Notify implements [resilience.Shared].
+func (s *shared) Notify(ctx context.Context, key string) error {
+	if _, err := s.b.pool.Exec(ctx, s.b.q.notify, s.channel, wakePayload(rowKey(key))); err != nil {
+		return s.storeErr(ctx, "notify", key, err)
+	}
+	return nil
+}
+
+// Announce implements [resilience.Shared].
+func (s *shared) Announce(ctx context.Context, key, origin string) error {
+	if _, err := s.b.pool.Exec(ctx, s.b.q.notify, s.channel, announcePayload(key, origin)); err != nil {
+		return s.storeErr(ctx, "announce", key, err)
+	}
+	return nil
+}
+
+// Subscribe implements [resilience.Shared].
+func (s *shared) Subscribe(key string) (<-chan struct{}, func()) {
+	return s.l.subscribe(rowKey(key))
+}
+
+// Watch implements [resilience.Shared].
+func (s *shared) Watch(onWrite func(key, origin string), onReset func()) func() {
+	return s.l.watch(onWrite, onReset)
+}
+
+// shortKey is key as errors show it: its first 64 bytes.
+func shortKey(key string) string {
+	if len(key) > 64 {
+		return key[:64] + "..."
+	}
+	return key
+}
+
+// storeErr returns the context's error when ctx has ended, and err
+// wrapped otherwise.
+func (s *shared) storeErr(ctx context.Context, op, key string, err error) error {
+	s.b.lost(err)
+	return storeErr(ctx, op, key, err)
+}
+
+func storeErr(ctx context.Context, op, key string, err error) error {
+	if cerr := ctxErr(ctx); cerr != nil {
+		return fmt.Errorf("postgres: %s %q: %w", op, shortKey(key), cerr)
+	}
+	return fmt.Errorf("postgres: %s %q: %w", op, shortKey(key), err)
+}
+
+// ctxErr is ctx's error, or DeadlineExceeded when its deadline has passed
+// a hair before its own timer fired (a socket deadline taken from ctx).
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
