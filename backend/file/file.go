@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/herdguard/herdguard/lock"
@@ -96,6 +97,14 @@ func New(dir string, o Options) (*Backend, error) {
 // System returns "file", the backend's name in telemetry.
 func (b *Backend) System() string { return "file" }
 
+// System returns "file": the view's name in the pipeline's spans.
+func (s *Shared) System() string { return "file" }
+
+// Subscribed reports whether the view's watch (inotify, or the poller) is
+// established now: false before the first Subscribe or Watch, while a
+// lost watch is being set up again, and after Close.
+func (s *Shared) Subscribed() bool { return s.subscribed.Load() && !s.closed() }
+
 // Dir returns the backend's directory, made absolute.
 func (b *Backend) Dir() string { return b.dir }
 
@@ -153,6 +162,8 @@ type Shared struct {
 	subs     map[string]map[*subscription]struct{} // by key hash
 	watchers map[*watcher]struct{}
 	watching bool // the watch goroutine runs
+
+	subscribed atomic.Bool // the watch is established now
 
 	inoMu   sync.Mutex
 	inotify *os.File // the watch's inotify instance, closed by Close

@@ -122,7 +122,8 @@ func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 }
 
 // Release implements [lock.Holder]: it clears key's grant if token holds
-// it, drops the grant's flock and wakes key's waiters.
+// it and drops the grant's flock. It wakes nobody: the pipeline notifies
+// after a release.
 func (s *Shared) Release(ctx context.Context, key, token string) error {
 	spath := filepath.Join(s.lockDir(), hashName(key)+".state")
 	held := false
@@ -142,7 +143,6 @@ func (s *Shared) Release(ctx context.Context, key, token string) error {
 		return &lock.BackendError{Op: "release", Err: err}
 	}
 	s.dropHeld(token)
-	_ = s.Notify(ctx, key)
 	if !held {
 		return lock.ErrNotHeld
 	}

@@ -497,3 +497,22 @@ func TestSweepKeepsFlockedLockFile(t *testing.T) {
 		t.Fatalf("lock file of a flocked, revoked grant: %v", err)
 	}
 }
+
+func TestSystemAndSubscribed(t *testing.T) {
+	s := openTest(t, "", "sys", time.Second)
+	if s.System() != "file" {
+		t.Fatalf("System() = %q", s.System())
+	}
+	if s.Subscribed() {
+		t.Fatal("Subscribed before any Watch")
+	}
+	stop := s.Watch(func(string, string) {}, func() {})
+	defer stop()
+	if !s.Subscribed() {
+		t.Fatal("not Subscribed once Watch returned")
+	}
+	_ = s.Close()
+	if s.Subscribed() {
+		t.Fatal("Subscribed after Close")
+	}
+}

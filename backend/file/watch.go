@@ -225,12 +225,14 @@ func (s *Shared) pollLoop(ps *pollState) {
 func (s *Shared) pollOnce(ps *pollState, dispatch bool) {
 	ents, err := os.ReadDir(s.eventDir())
 	if err != nil {
+		s.subscribed.Store(false)
 		_ = s.mkdirs()
 		if dispatch {
 			s.reset()
 		}
 		return
 	}
+	s.subscribed.Store(true)
 	now := make(map[string]bool, len(ents))
 	for _, e := range ents {
 		name := e.Name()

@@ -48,6 +48,7 @@ func (s *Shared) newInotify() (*inotifyWatch, error) {
 	s.inoMu.Lock()
 	s.inotify = w.f
 	s.inoMu.Unlock()
+	s.subscribed.Store(true)
 	return w, nil
 }
 
@@ -101,6 +102,7 @@ func (s *Shared) watchLoop(src any) {
 			return
 		}
 		lost := s.readEvents(w, buf)
+		s.subscribed.Store(false)
 		_ = w.f.Close()
 		if s.closed() {
 			return
