@@ -223,7 +223,10 @@ func (s suite) fences(t *testing.T) {
 
 func (s suite) takeover(t *testing.T) {
 	ctx := ctxOf(t)
-	const beat = 50 * time.Millisecond
+	// A beat long enough that a loaded machine (a race build beside busy
+	// processes) does not stall the watchdog for two of them, which would
+	// rightly hand the lock over.
+	const beat = 500 * time.Millisecond
 	vs := s.views(t, 2, beat)
 	dead := acquire(t, ctx, vs[0], "k", 30*time.Second)
 	if dead.TookOver() {
@@ -264,14 +267,17 @@ func (s suite) takeover(t *testing.T) {
 
 func (s suite) noTakeover(t *testing.T) {
 	ctx := ctxOf(t)
-	const beat = 50 * time.Millisecond
+	// A beat long enough that a loaded machine (a race build beside busy
+	// processes) does not stall the watchdog for two of them, which would
+	// rightly hand the lock over.
+	const beat = 500 * time.Millisecond
 	vs := s.views(t, 2, beat)
 	l := acquire(t, ctx, vs[0], "k", 30*time.Second)
 	kctx, stop := context.WithCancel(ctx)
 	defer stop()
 	l.KeepAlive(kctx, nil)
 	defer func() { _ = l.Release(ctx) }()
-	for end := time.Now().Add(8 * beat); time.Now().Before(end); time.Sleep(beat / 5) {
+	for end := time.Now().Add(6 * beat); time.Now().Before(end); time.Sleep(beat / 5) {
 		if _, err := vs[1].TryAcquire(ctx, "k", 30*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("TryAcquire of a beating holder's lock: %v, want lock.ErrNotAcquired", err)
 		}
