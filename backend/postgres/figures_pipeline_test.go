@@ -42,9 +42,10 @@ type side struct {
 
 // TestFigures_pipeline measures whole pipelines, on PostgreSQL and on
 // Redis in the same run: a cold miss as its winner sees it, an L2 hit (a
-// second process, whose L1 is cold), and the wake-up of a waiter in
-// another process, from the holder's loader returning to the waiter's
-// call returning.
+// second pipeline of the same name, whose L1 is cold), and the wake-up of
+// a waiter in that second pipeline, from the holder's loader returning to
+// the waiter's call returning. Both pipelines live in the test process,
+// each with its own connections, as two processes would have.
 //
 //	HERDGUARD_FIGURES=1 go test -count=1 -v -run TestFigures ./ | grep FIGURES
 func TestFigures_pipeline(t *testing.T) {
@@ -144,5 +145,5 @@ func measure(t *testing.T, label string, a, b side) {
 	}
 	t.Logf("FIGURES %s pipeline: cold miss, the winner: %s; %.1f round trips", label, quantiles(cold), coldTrips)
 	t.Logf("FIGURES %s pipeline: L2 hit (L1 cold): %s; %.1f round trips", label, quantiles(hit), hitTrips)
-	t.Logf("FIGURES %s pipeline: waiter in another process returns, after the holder's loader returned: %s", label, quantiles(wake))
+	t.Logf("FIGURES %s pipeline: waiter in another pipeline returns, after the holder's loader returned: %s", label, quantiles(wake))
 }

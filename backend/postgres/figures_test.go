@@ -61,7 +61,8 @@ func quantiles(ds []time.Duration) string {
 
 // TestFigures_shared measures the backend's own operations: a cold miss
 // as its winner makes it (look, lock, re-check, write back and release),
-// an L2 hit, and the wake-up of a waiter in another process's view.
+// an L2 hit, and the wake-up of a waiter in a second view (its own LISTEN connection,
+// as another process's would be).
 //
 //	HERDGUARD_FIGURES=1 go test -count=1 -v -run TestFigures ./ | grep FIGURES
 func TestFigures_shared(t *testing.T) {
@@ -125,7 +126,7 @@ func TestFigures_shared(t *testing.T) {
 	t.Logf("FIGURES postgres shared: cold miss (winner: Load, TryAcquire, Load, Save+Release): %s; %.1f round trips", quantiles(cold), trips)
 	t.Logf("FIGURES postgres shared: L2 hit (Load): %s; 1 round trip", quantiles(hit))
 	t.Logf("FIGURES postgres shared: write-back with release (Save+Release): %s", quantiles(save))
-	t.Logf("FIGURES postgres shared: waiter woken in another process, from the write-back sent: %s", quantiles(wake))
+	t.Logf("FIGURES postgres shared: waiter woken in a second view, from the write-back sent: %s", quantiles(wake))
 }
 
 // coldMiss is a cold miss as its winner makes it.
