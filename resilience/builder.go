@@ -353,11 +353,8 @@ func (b *Builder[V]) Redis(client redis.UniversalClient) *Builder[V] {
 
 // RedisOptions sets the Redis options; see [RedisOptions] for defaults.
 func (b *Builder[V]) RedisOptions(o RedisOptions) *Builder[V] {
-	if o.OpTimeout < 0 {
-		return b.fail("RedisOptions", "OpTimeout must not be negative, got %v", o.OpTimeout)
-	}
-	if o.Encrypt != nil && len(o.Encrypt.IDs()) == 0 {
-		return b.fail("RedisOptions", "Encrypt holds no keys: build the keyring with cache.NewKeyring")
+	if b.badStoreOptions("RedisOptions", o.OpTimeout, o.Encrypt) {
+		return b
 	}
 	b.c.redisOpts = o
 	return b
@@ -380,14 +377,25 @@ func (b *Builder[V]) Backend(be Backend) *Builder[V] {
 // BackendOptions sets the options of the pipeline's use of its
 // [Builder.Backend]; see [BackendOptions] for defaults.
 func (b *Builder[V]) BackendOptions(o BackendOptions) *Builder[V] {
-	if o.OpTimeout < 0 {
-		return b.fail("BackendOptions", "OpTimeout must not be negative, got %v", o.OpTimeout)
-	}
-	if o.Encrypt != nil && len(o.Encrypt.IDs()) == 0 {
-		return b.fail("BackendOptions", "Encrypt holds no keys: build the keyring with cache.NewKeyring")
+	if b.badStoreOptions("BackendOptions", o.OpTimeout, o.Encrypt) {
+		return b
 	}
 	b.c.backendOpts = o
 	return b
+}
+
+// badStoreOptions records the problems of the fields RedisOptions and
+// BackendOptions share, and reports whether there was one.
+func (b *Builder[V]) badStoreOptions(field string, opTimeout time.Duration, ring *cache.Keyring) bool {
+	switch {
+	case opTimeout < 0:
+		b.fail(field, "OpTimeout must not be negative, got %v", opTimeout)
+	case ring != nil && len(ring.IDs()) == 0:
+		b.fail(field, "Encrypt holds no keys: build the keyring with cache.NewKeyring")
+	default:
+		return false
+	}
+	return true
 }
 
 // Default makes fn the fallback chain's last resort: when the loader fails
