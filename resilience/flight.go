@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -56,6 +57,18 @@ func (g *flightGroup[V]) join(key string) (*flight[V], bool) {
 	f := &flight[V]{}
 	g.m[key] = f
 	return f, false
+}
+
+// underway returns key's flight if one is under way, nil if none is; the
+// caller then waits for it (see [Pipeline.joinUnderway]).
+func (g *flightGroup[V]) underway(key string) *flight[V] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f := g.m[key]
+	if f != nil && f.done == nil {
+		f.done = make(chan struct{})
+	}
+	return f
 }
 
 // waitable returns f's done channel, making it if nobody has.
@@ -170,6 +183,42 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		sharedSpan(sp, isJoiner, o)
 	}
 	return o, f.err
+}
+
+// joinUnderway is a call that found nothing in L1 and key's shared load
+// under way (f), with tracing off: the call most of a burst's callers
+// make. It waits for the load in a frame far smaller than a leader's
+// path: a burst parks thousands of callers here, and the frames of call,
+// miss and joinFlight, with the mallocgc of a select's waiting records
+// under them, would grow each one's stack (a copy, under a lock shared
+// by the process) at the moment the burst is busiest. Only a load that
+// failed takes the full miss's way to the fallback chain.
+func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, load LoadFunc[V], f *flight[V]) (Result[V], error) {
+	p.stats.misses.Add(1)
+	select {
+	case <-ctx.Done():
+		err := ctx.Err()
+		countCall(&p.stats, &Result[V]{}, err)
+		return Result[V]{}, err
+	case <-f.done:
+	}
+	if o, _ := f.val.(*outcome[V]); o != nil && (f.err == nil || o.res.NotFound) {
+		r := o.res
+		if r.Source == SourceLoader || r.Source == SourceWaited || r.Source == SourceL2 {
+			r.Source = SourceCoalesced
+		}
+		p.finishCall(ctx, nil, &r, f.err)
+		return r, f.err
+	}
+	return p.joinedFailed(ctx, key, f)
+}
+
+// joinedFailed is joinUnderway's end when the shared load failed: the
+// fallback chain, as a miss's.
+func (p *Pipeline[V]) joinedFailed(ctx context.Context, key string, f *flight[V]) (Result[V], error) {
+	r, err := p.settleMiss(ctx, key, joined(f, true), f.err, cache.Entry[V]{}, false)
+	p.finishCall(ctx, nil, &r, err)
+	return r, err
 }
 
 // joined returns f's outcome, once f has ended: for a joiner, a copy of

@@ -116,6 +116,12 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 		}
 		return p.out(h.Value()), nil
 	}
+	if f == cache.Miss && p.group != nil && !p.tel.Tracing() {
+		if fl := p.group.underway(key); fl != nil {
+			r, err := p.cloned(p.joinUnderway(ctx, key, load, fl))
+			return r.Value, err
+		}
+	}
 	r, err := p.cloned(p.call(ctx, key, load, h, f))
 	return r.Value, err
 }
@@ -133,6 +139,11 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 			return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
 		}
 		return Result[V]{Value: p.out(h.Value()), Source: SourceL1}, nil
+	}
+	if f == cache.Miss && p.group != nil && !p.tel.Tracing() {
+		if fl := p.group.underway(key); fl != nil {
+			return p.cloned(p.joinUnderway(ctx, key, load, fl))
+		}
 	}
 	return p.cloned(p.call(ctx, key, load, h, f))
 }
@@ -277,6 +288,13 @@ func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], st
 			return Result[V]{}, err
 		}
 	}
+	return p.settleMiss(ctx, key, o, err, stale, hasStale)
+}
+
+// settleMiss is a miss's result once its shared load has ended with o and
+// err: the load's result, or the fallback chain's. stale is what L1 held
+// for key, if anything (hasStale).
+func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V], err error, stale cache.Entry[V], hasStale bool) (Result[V], error) {
 	if err == nil || o.res.NotFound {
 		return o.res, err
 	}

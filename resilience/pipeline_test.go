@@ -537,3 +537,94 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestGet_untracedJoiners covers the joiners of a load under way when
+// tracing is off, the path a burst's callers take (joinUnderway): the
+// shared value, coalesced, for Get and GetResult; a joiner whose context
+// ends leaves at once; a failed load gives every joiner the fallback; and
+// Stats counts each call once.
+func TestGet_untracedJoiners(t *testing.T) {
+	const joiners = 8
+	fail := errors.New("db down")
+	for _, tc := range []struct {
+		name    string
+		loadErr error
+		want    Result[string]
+		wantErr error
+	}{
+		{name: "value", want: Result[string]{Value: "v:k", Source: SourceCoalesced}},
+		{name: "failed load", loadErr: fail, want: Result[string]{Value: "safe", Source: SourceDefault}},
+		{name: "not found", loadErr: ErrNotFound, want: Result[string]{Source: SourceCoalesced, NotFound: true}, wantErr: ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := build(t, New[string]("untraced").Cache(time.Minute).SingleFlight().DefaultValue("safe"))
+			c := &counter{gate: make(chan struct{}), fn: func(int64) (string, error) {
+				if tc.loadErr != nil {
+					return "", tc.loadErr
+				}
+				return "v:k", nil
+			}}
+			go func() { _, _ = p.Get(context.Background(), "k", c.load) }()
+			waitFor(t, func() bool { return c.calls.Load() == 1 })
+
+			type got struct {
+				r      Result[string]
+				err    error
+				result bool // from GetResult, with Cause
+			}
+			results := make(chan got, joiners)
+			for i := range joiners {
+				go func() {
+					if i%2 == 0 {
+						r, err := p.GetResult(context.Background(), "k", c.load)
+						results <- got{r, err, true}
+						return
+					}
+					v, err := p.Get(context.Background(), "k", c.load)
+					results <- got{Result[string]{Value: v, Source: tc.want.Source, NotFound: errors.Is(err, ErrNotFound)}, err, false}
+				}()
+			}
+			leaving, leave := context.WithCancel(context.Background())
+			left := make(chan error, 1)
+			go func() {
+				_, err := p.Get(leaving, "k", c.load)
+				left <- err
+			}()
+			waitFor(t, func() bool { return p.Stats().Misses == joiners+2 })
+			leave()
+			if err := <-left; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the joiner that left got %v, want context.Canceled", err)
+			}
+			close(c.gate)
+			for range joiners {
+				g := <-results
+				if !errors.Is(g.err, tc.wantErr) || (tc.wantErr == nil && g.err != nil) {
+					t.Fatalf("joiner err = %v, want %v", g.err, tc.wantErr)
+				}
+				if g.r.Value != tc.want.Value || g.r.Source != tc.want.Source || g.r.NotFound != tc.want.NotFound {
+					t.Fatalf("joiner got %+v, want %+v", g.r, tc.want)
+				}
+				if g.result && tc.loadErr != nil && !tc.want.NotFound && !errors.Is(g.r.Cause, tc.loadErr) {
+					t.Fatalf("joiner's Cause = %v, want %v", g.r.Cause, tc.loadErr)
+				}
+			}
+			if n := c.calls.Load(); n != 1 {
+				t.Fatalf("loader calls = %d, want 1", n)
+			}
+			// The leader's Get may still be counting.
+			waitFor(t, func() bool {
+				s := p.Stats()
+				return s.Loaded+s.Defaults+s.Coalesced+s.Errors+s.NotFound >= joiners+2
+			})
+			s := p.Stats()
+			switch {
+			case tc.want.Source == SourceCoalesced && !tc.want.NotFound && s.Coalesced != joiners:
+				t.Fatalf("Stats.Coalesced = %d, want %d", s.Coalesced, joiners)
+			case tc.want.Source == SourceDefault && s.Defaults < joiners:
+				t.Fatalf("Stats.Defaults = %d, want at least %d", s.Defaults, joiners)
+			case tc.want.NotFound && s.NotFound != joiners+1:
+				t.Fatalf("Stats.NotFound = %d, want %d", s.NotFound, joiners+1)
+			}
+		})
+	}
+}

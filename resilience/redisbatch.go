@@ -67,6 +67,7 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
 	}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
+	busy := b.flushers > 0
 	lead := b.flushers < maxFlushers
 	if lead {
 		b.flushers++
@@ -77,15 +78,19 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
 		// another sender took it first), then hands what queued meanwhile
 		// to a goroutine, so that it is not kept sending others' batches.
 		//
-		// It first lets the goroutines already runnable go ahead, which
-		// costs a lone command next to nothing: in a burst they queue
-		// their commands, and the first batch carries the burst instead
+		// With another batch in flight (a burst, or concurrent callers),
+		// it first lets the goroutines already runnable go ahead: they
+		// queue their commands, and this batch carries the burst instead
 		// of going out with a handful while thousands of callers queue
 		// behind the reply. Across processes, the looks of a cold key
 		// then reach Redis in the order the processes got through their
 		// bursts, so its lock goes to one that is ready to load, not to
-		// one whose reply would wait behind its own burst.
-		runtime.Gosched()
+		// one whose reply would wait behind its own burst. A lone
+		// command does not yield: a yield can hand the goroutine to
+		// another thread, which costs a wake-up on an idle machine.
+		if busy {
+			runtime.Gosched()
+		}
 		if b.send() {
 			// The goroutine ends when it finds the queue empty.
 			go b.drain()

@@ -60,6 +60,23 @@ func TestBurst_allModes_consistent(t *testing.T) {
 	}
 }
 
+// TestBurst_singleflightMode: the floor mode sends Redis nothing, and each
+// pod loads every key itself, at least once.
+func TestBurst_singleflightMode(t *testing.T) {
+	rounds := runBurst(t, burstConfig(modeLocal, 1))
+	if len(rounds) != 1 {
+		t.Fatalf("got %d rounds, want 1", len(rounds))
+	}
+	s := rounds[0]
+	if s.Answered != s.Callers || s.Errors != 0 || s.RedisCalls != 0 {
+		t.Errorf("answered %d of %d, errors %d, round trips %d; want all, none, none", s.Answered, s.Callers, s.Errors, s.RedisCalls)
+	}
+	if s.KeysNotLoaded != 0 || s.LoaderCalls < s.Keys*s.Pods || s.LoaderCalls != s.PodLoads {
+		t.Errorf("loads %d (pods say %d) for %d keys in %d pods, %d keys not loaded; want every pod to load every key",
+			s.LoaderCalls, s.PodLoads, s.Keys, s.Pods, s.KeysNotLoaded)
+	}
+}
+
 // checkBurstRound checks what holds for every round of every mode.
 func checkBurstRound(t *testing.T, s RoundStats) {
 	t.Helper()

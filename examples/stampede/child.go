@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/examples/internal/otelsetup"
@@ -24,14 +25,15 @@ const podEnv = "HERDGUARD_STAMPEDE_POD"
 
 // Modes.
 const (
-	modePipeline  = "pipeline"  // the toolkit's pipeline: single-flight, lock, announcement
-	modePoll      = "poll"      // cachekit style: every caller polls SET NX every 100 ms
-	modeGocache   = "gocache"   // go-redis/cache Once: single-flight per process, no lock
-	modeRedislock = "redislock" // single-flight per process, then a bsm/redislock lock
+	modePipeline  = "pipeline"     // the toolkit's pipeline: single-flight, lock, announcement
+	modePoll      = "poll"         // cachekit style: every caller polls SET NX every 100 ms
+	modeGocache   = "gocache"      // go-redis/cache Once: single-flight per process, no lock
+	modeRedislock = "redislock"    // single-flight per process, then a bsm/redislock lock
+	modeLocal     = "singleflight" // single-flight per process and nothing else: no Redis, each process loads
 )
 
 // allModes lists the modes in the order the usage text gives them.
-var allModes = []string{modePipeline, modePoll, modeGocache, modeRedislock}
+var allModes = []string{modePipeline, modePoll, modeGocache, modeRedislock, modeLocal}
 
 // podConfig is what one pod (child process) needs to know.
 type podConfig struct {
@@ -232,6 +234,17 @@ func modeGetter(cfg podConfig, client *redis.Client, em *emitter, watch *breaker
 		gc := newGocachePeer(client, peerPrefix(cfg.Name), cfg.GocacheLocal)
 		return func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
 			return gc.get(ctx, key, podLoader(cfg, em, d))
+		}, noClose, nil
+	case modeLocal:
+		var g singleflight.Group
+		return func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
+			v, err, shared := g.Do(key, func() (any, error) { return podLoader(cfg, em, d)(ctx, key) })
+			src := "loader"
+			if shared {
+				src = "coalesced"
+			}
+			s, _ := v.(string)
+			return s, src, false, err
 		}, noClose, nil
 	case modeRedislock:
 		rl := newLockRecipe(client, peerPrefix(cfg.Name), cfg.Lock)

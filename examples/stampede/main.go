@@ -44,7 +44,11 @@
 // single-flight, no lock across pods; its local TinyLFU cache is on unless
 // -gocache-local=false) and redislock (per-pod singleflight, then a
 // github.com/bsm/redislock lock with bounded exponential backoff; waiters
-// that are not granted it poll the value, then load unlocked). Several
+// that are not granted it poll the value, then load unlocked) and
+// singleflight (golang.org/x/sync/singleflight in each pod and nothing
+// else: no Redis, every pod loads every key; the harness's own floor, the
+// latency that spawning and waking this many goroutines costs here, with
+// no cache to consult and nobody to wait for across pods). Several
 // modes, comma-separated, each get their own pods and take turns round by
 // round, so that drift in the machine's load hits them alike.
 //
@@ -97,7 +101,7 @@ func parseFlags(args []string, errOut io.Writer) (Config, bool, error) {
 	fs.DurationVar(&c.Load, "load", 200*time.Millisecond, "how long the loader takes")
 	fs.IntVar(&c.Rounds, "rounds", 5, "rounds, each on a fresh key")
 	fs.StringVar(&c.Redis, "redis", "", "Redis address; empty starts a private redis-server")
-	fs.StringVar(&c.Mode, "mode", modePipeline, "pipeline, poll, gocache or redislock; several, comma-separated, take turns")
+	fs.StringVar(&c.Mode, "mode", modePipeline, "pipeline, poll, gocache, redislock or singleflight; several, comma-separated, take turns")
 	fs.BoolVar(&c.GocacheLocal, "gocache-local", true, "gocache mode: go-redis/cache's local TinyLFU cache on")
 	fs.DurationVar(&c.Lock.Lease, "lease", 0, "lock lease (0: the library default, 30s)")
 	fs.DurationVar(&c.Lock.Wait, "wait", 0, "lock wait budget (0: the library default, 5s)")
