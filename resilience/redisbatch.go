@@ -59,38 +59,43 @@ func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
 // process sends cmd with the next batch and waits for its result. It
 // reports false when ctx ended first: cmd then belongs to the batch.
 func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
-	c := &call{cmd: cmd, budget: b.timeout, done: make(chan struct{})}
-	if d, ok := ctx.Value(budgetKey{}).(*time.Duration); ok {
-		c.budget = *d
-	} else if dl, ok := ctx.Deadline(); ok {
-		c.budget = time.Until(dl)
-	}
+	budget := b.budget(ctx)
 	b.mu.Lock()
+	if b.flushers == 0 {
+		// Nothing in flight, so nothing queued either: the command goes
+		// out at once, alone, on the caller's goroutine, with nothing to
+		// hand over and no call to wait on.
+		b.flushers++
+		b.mu.Unlock()
+		_ = b.client.Process(batchContext(budget), cmd)
+		if b.release() {
+			go b.drain()
+		}
+		return true
+	}
+	c := &call{cmd: cmd, budget: budget, done: make(chan struct{})}
 	b.queue = append(b.queue, c)
-	busy := b.flushers > 0
 	lead := b.flushers < maxFlushers
 	if lead {
 		b.flushers++
 	}
 	b.mu.Unlock()
 	if lead {
-		// The caller sends the batch that holds its own command (unless
+		// Another batch is in flight (a burst, or concurrent callers):
+		// the caller sends the batch that holds its own command (unless
 		// another sender took it first), then hands what queued meanwhile
 		// to a goroutine, so that it is not kept sending others' batches.
 		//
-		// With another batch in flight (a burst, or concurrent callers),
-		// it first lets the goroutines already runnable go ahead: they
+		// It first lets the goroutines already runnable go ahead: they
 		// queue their commands, and this batch carries the burst instead
 		// of going out with a handful while thousands of callers queue
 		// behind the reply. Across processes, the looks of a cold key
 		// then reach Redis in the order the processes got through their
 		// bursts, so its lock goes to one that is ready to load, not to
 		// one whose reply would wait behind its own burst. A lone
-		// command does not yield: a yield can hand the goroutine to
-		// another thread, which costs a wake-up on an idle machine.
-		if busy {
-			runtime.Gosched()
-		}
+		// command (above) does not yield: a yield can hand the goroutine
+		// to another thread, which costs a wake-up on an idle machine.
+		runtime.Gosched()
 		if b.send() {
 			// The goroutine ends when it finds the queue empty.
 			go b.drain()
@@ -104,6 +109,18 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
 	}
 }
 
+// budget is how long a command sent under ctx may take once its round
+// trip starts: see budgetKey.
+func (b *batcher) budget(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(budgetKey{}).(*time.Duration); ok {
+		return *d
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		return time.Until(dl)
+	}
+	return b.timeout
+}
+
 // send sends one batch: the whole queue. It reports whether the queue
 // filled again meanwhile, in which case the caller keeps its sender slot
 // for the goroutine that drains it; otherwise the slot is given back.
@@ -115,6 +132,13 @@ func (b *batcher) send() (more bool) {
 	if len(batch) > 0 {
 		b.exec(batch)
 	}
+	return b.release()
+}
+
+// release gives back a sender's slot, unless commands queued meanwhile:
+// then it reports true, and the caller keeps the slot for the goroutine
+// that drains them.
+func (b *batcher) release() (more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) > 0 {
@@ -134,7 +158,7 @@ func (b *batcher) exec(batch []*call) {
 	for _, c := range batch {
 		budget = max(budget, c.budget)
 	}
-	ctx := &deadlineCtx{Context: context.Background(), d: time.Now().Add(max(budget, time.Millisecond))}
+	ctx := batchContext(budget)
 	if len(batch) == 1 {
 		_ = b.client.Process(ctx, batch[0].cmd)
 	} else {
@@ -157,6 +181,12 @@ func (b *batcher) exec(batch []*call) {
 type deadlineCtx struct {
 	context.Context // context.Background()
 	d               time.Time
+}
+
+// batchContext is the context of a batch whose commands may take budget
+// (at least a millisecond).
+func batchContext(budget time.Duration) *deadlineCtx {
+	return &deadlineCtx{Context: context.Background(), d: time.Now().Add(max(budget, time.Millisecond))}
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.d, true }
@@ -261,12 +291,7 @@ func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
 	if len(cmds) == 0 {
 		return nil
 	}
-	budget := b.timeout
-	if d, ok := ctx.Value(budgetKey{}).(*time.Duration); ok {
-		budget = *d
-	} else if dl, ok := ctx.Deadline(); ok {
-		budget = time.Until(dl)
-	}
+	budget := b.budget(ctx)
 	calls := make([]*call, len(cmds))
 	for i, cmd := range cmds {
 		calls[i] = &call{cmd: cmd, budget: budget, done: make(chan struct{})}
