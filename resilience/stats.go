@@ -147,15 +147,21 @@ type stripedCounter struct {
 }
 
 func (c *stripedCounter) add() {
-	// Goroutine stacks lie apart, so the address of a local variable
-	// tells goroutines apart without a call; the address is only read.
-	// Stacks are aligned to their size, a power of two that grows: the
-	// page number is hashed, so that stacks of any size spread over all
-	// the stripes.
 	var b byte
-	x := uint64(uintptr(unsafe.Pointer(&b)) >> 12)
-	i := x * 0x9e3779b97f4a7c15 >> (64 - stripeBits)
-	c.s[i].n.Add(1)
+	c.s[stripeOf(uintptr(unsafe.Pointer(&b)))].n.Add(1)
+}
+
+// stripeOf picks the stripe of the goroutine whose stack holds the
+// address addr.
+// Goroutine stacks lie apart, so the address of a local variable tells
+// goroutines apart without a call; the address is only read. It is taken
+// in units of the smallest stack, 2 KiB: two small stacks may share a
+// 4 KiB page, and a page number would give both the same stripe. The
+// number is hashed, so that stacks of any size spread over all the
+// stripes.
+func stripeOf(addr uintptr) uint64 {
+	x := uint64(addr >> 11)
+	return x * 0x9e3779b97f4a7c15 >> (64 - stripeBits)
 }
 
 func (c *stripedCounter) sum() uint64 {
