@@ -185,15 +185,25 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 	return o, f.err
 }
 
-// joinUnderway is a call that found nothing in L1 and key's shared load
-// under way (f), with tracing off: the call most of a burst's callers
-// make. It waits for the load in a frame far smaller than a leader's
-// path: a burst parks thousands of callers here, and the frames of call,
-// miss and joinFlight, with the mallocgc of a select's waiting records
-// under them, would grow each one's stack (a copy, under a lock shared
-// by the process) at the moment the burst is busiest. Only a load that
-// failed takes the full miss's way to the fallback chain.
-func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, load LoadFunc[V], f *flight[V]) (Result[V], error) {
+// underway returns key's shared load when a call that found L1 holding
+// f for key can wait for it on the short way, joinUnderway: the load is
+// under way, L1 held nothing (no stale copy for the fallback chain), and
+// tracing is off (no spans to start). Otherwise it returns nil.
+func (p *Pipeline[V]) underway(key string, f cache.Freshness) *flight[V] {
+	if f != cache.Miss || p.group == nil || p.tel.Tracing() {
+		return nil
+	}
+	return p.group.underway(key)
+}
+
+// joinUnderway waits for key's shared load under way (f) and returns its
+// result: the call most of a burst's callers make. Its frame is far
+// smaller than those of call, miss and joinFlight together: a burst parks
+// thousands of callers here, each on a stack that starts small and is
+// copied whole each time it must grow: in the pods of the stampede
+// harness, growing stacks took half the CPU it took on the long way.
+// Only a load that failed takes the full miss's way to the fallback chain.
+func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, f *flight[V]) (Result[V], error) {
 	p.stats.misses.Add(1)
 	select {
 	case <-ctx.Done():

@@ -116,11 +116,9 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 		}
 		return p.out(h.Value()), nil
 	}
-	if f == cache.Miss && p.group != nil && !p.tel.Tracing() {
-		if fl := p.group.underway(key); fl != nil {
-			r, err := p.cloned(p.joinUnderway(ctx, key, load, fl))
-			return r.Value, err
-		}
+	if fl := p.underway(key, f); fl != nil {
+		r, err := p.cloned(p.joinUnderway(ctx, key, fl))
+		return r.Value, err
 	}
 	r, err := p.cloned(p.call(ctx, key, load, h, f))
 	return r.Value, err
@@ -140,10 +138,8 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 		}
 		return Result[V]{Value: p.out(h.Value()), Source: SourceL1}, nil
 	}
-	if f == cache.Miss && p.group != nil && !p.tel.Tracing() {
-		if fl := p.group.underway(key); fl != nil {
-			return p.cloned(p.joinUnderway(ctx, key, load, fl))
-		}
+	if fl := p.underway(key, f); fl != nil {
+		return p.cloned(p.joinUnderway(ctx, key, fl))
 	}
 	return p.cloned(p.call(ctx, key, load, h, f))
 }
