@@ -128,7 +128,7 @@ func countCall[V any](s *stats, r *Result[V], err error) {
 
 // stripes is the number of stripes of a stripedCounter.
 const (
-	stripeBits = 4
+	stripeBits = 6
 	stripes    = 1 << stripeBits
 )
 
