@@ -23,9 +23,11 @@ import (
 // operation timeout for the pipeline's operations, more for a release), so
 // it measures Redis, not the time a command waited for the batch; the
 // deadline holds on a hung server when the client has
-// ContextTimeoutEnabled. A caller whose context ends stops waiting for its
-// command, which still runs; the caller gets a fresh command holding the
-// context's error, never one the batch may still write to.
+// ContextTimeoutEnabled. A caller waiting for a batch that another sends
+// stops waiting when its context ends; its command still runs, and the
+// caller gets a fresh command holding the context's error, never one the
+// batch may still write to. A caller that sends the batch itself waits
+// for the reply, within the budget.
 //
 // batcher is safe for concurrent use.
 type batcher struct {
