@@ -45,11 +45,15 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 			octx, cancel := context.WithTimeout(ctx, g.opTimeout)
 			v, err = op(octx)
 			cancel()
-		} else {
+		} else if _, ok := ctx.Deadline(); ok {
 			// The timeout travels with the command into its batch (see
 			// batcher), which starts counting it when the round trip
-			// does.
+			// does, in place of what is left of ctx's deadline.
 			v, err = op(context.WithValue(ctx, budgetKey{}, &g.opTimeout))
+		} else {
+			// Without a deadline, the batcher gives the command its own
+			// timeout, which is the operation timeout.
+			v, err = op(ctx)
 		}
 		switch classify(ctx, err) {
 		case errInfra:
@@ -88,7 +92,9 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	}
 	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout,
 		check: checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}}
-	// The cache and the lock send their commands through one batcher.
+	// The cache and the lock send their commands through one batcher,
+	// whose own timeout is the operation timeout: guard leaves it to the
+	// batcher when the caller's context has no deadline.
 	batch := newBatcher(c.redis, o.OpTimeout)
 	l2, err := cache.NewRedis[V](batch, cache.RedisOptions{
 		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec, Encrypt: o.Encrypt,

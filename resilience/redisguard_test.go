@@ -260,3 +260,41 @@ func TestClose_concurrentCallsWaitForWorkInFlight(t *testing.T) {
 		t.Fatalf("Invalidate(nil) = %v, want ErrNilContext", err)
 	}
 }
+
+// TestRedisGuard_opTimeout_withAndWithoutDeadline: on a hung Redis (the
+// server stopped with SIGSTOP, the client's own socket timeouts far
+// longer), a call fails open after the operation timeout whether the
+// caller's context has a deadline (the timeout travels with the command)
+// or not (the batcher's own timeout, the same).
+func TestRedisGuard_opTimeout_withAndWithoutDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = time.Minute, time.Minute })
+	p := build(t, New[string]("hung").Cache(time.Minute).Redis(rdb).
+		RedisOptions(RedisOptions{OpTimeout: 100 * time.Millisecond}))
+	if _, err := p.Get(context.Background(), "warm", func(context.Context, string) (string, error) { return "v", nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	long, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"no deadline", context.Background()}, {"a minute's deadline", long}} {
+		t0 := time.Now()
+		r, err := p.GetResult(tc.ctx, "k-"+tc.name, func(_ context.Context, key string) (string, error) { return "v:" + key, nil })
+		took := time.Since(t0)
+		if err != nil || !r.FailedOpen || r.Value != "v:k-"+tc.name {
+			t.Fatalf("%s: %+v, %v; want the loader's value, failed open", tc.name, r, err)
+		}
+		// A minute is what the client alone would wait; the operation
+		// timeout is 100 ms.
+		if took > 20*time.Second {
+			t.Fatalf("%s: the call took %v on a hung Redis; want about the operation timeout", tc.name, took)
+		}
+		t.Logf("%s: failed open after %v", tc.name, took)
+	}
+}
