@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -38,8 +37,8 @@ type Backend struct {
 	// lockID is the advisory lock key that serializes Migrate.
 	lockID int64
 
-	migrateMu sync.Mutex  // serializes this process's migrations
-	migrated  atomic.Bool // set once Migrate succeeded
+	migrating chan struct{} // a token: held by this process's one migration
+	migrated  atomic.Bool   // set once Migrate succeeded
 }
 
 var _ resilience.Backend = (*Backend)(nil)
@@ -65,7 +64,8 @@ func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 	}
 	sum := sha256.Sum256([]byte("herdguard migrate " + o.Schema + "." + o.Prefix))
 	return &Backend{pool: pool, o: o, q: newQueries(o), listen: listen,
-		lockID: int64(binary.BigEndian.Uint64(sum[:8]))}, nil
+		lockID:    int64(binary.BigEndian.Uint64(sum[:8])),
+		migrating: make(chan struct{}, 1)}, nil
 }
 
 // System returns "postgresql", the OpenTelemetry db.system.name of the
@@ -77,14 +77,23 @@ func (b *Backend) System() string { return "postgresql" }
 // run from many processes at once: the DDL runs in one transaction under
 // an advisory transaction lock. When they are up to date it only reads
 // (one query), so a role without the right to create tables may use a
-// schema that another role migrated. Call it at start-up to learn early
+// schema that another role migrated; a process that finds them up to date
+// once it holds the advisory lock (another process migrated meanwhile)
+// runs no DDL either, so that it takes no table lock from the live
+// traffic of processes already done. Call it at start-up to learn early
 // that the database refuses it; otherwise the first operation runs it.
+// Callers of one Backend wait for its one migration as long as their
+// contexts allow.
 func (b *Backend) Migrate(ctx context.Context) error {
 	if b.migrated.Load() {
 		return nil
 	}
-	b.migrateMu.Lock()
-	defer b.migrateMu.Unlock()
+	select {
+	case b.migrating <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("postgres: migrate: %w", ctx.Err())
+	}
+	defer func() { <-b.migrating }()
 	if b.migrated.Load() {
 		return nil
 	}
@@ -99,21 +108,34 @@ func (b *Backend) Migrate(ctx context.Context) error {
 }
 
 func (b *Backend) migrate(ctx context.Context) error {
-	var current *string
-	if err := b.pool.QueryRow(ctx, b.q.version).Scan(&current); err != nil {
+	if ok, err := b.current(ctx, b.pool); ok || err != nil {
 		return err
-	}
-	if current != nil && *current == schemaVersion {
-		return nil
 	}
 	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", b.lockID); err != nil {
+			return err
+		}
+		// Read again under the lock: each statement of the transaction
+		// sees what committed before it, so a migration that ran while
+		// this one waited is seen here.
+		if ok, err := b.current(ctx, tx); ok || err != nil {
 			return err
 		}
 		// Simple protocol: the script holds many statements.
 		_, err := tx.Exec(ctx, b.q.schema, pgx.QueryExecModeSimpleProtocol)
 		return err
 	})
+}
+
+// current reports whether the schema is up to date.
+func (b *Backend) current(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (bool, error) {
+	var v *string
+	if err := q.QueryRow(ctx, b.q.version).Scan(&v); err != nil {
+		return false, err
+	}
+	return v != nil && *v == schemaVersion, nil
 }
 
 // lost makes the next operation run Migrate again when err says that a

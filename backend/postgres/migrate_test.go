@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/herdguard/herdguard/cache"
 )
 
@@ -34,6 +36,122 @@ func TestMigrate_concurrentAndIdempotent(t *testing.T) {
 	}
 	s := f.openOn(b, "ns", 0)
 	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Until: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A process that read the schema as missing and then waited for the
+// advisory lock while another process migrated runs no DDL: its DDL would
+// take table locks that the live traffic of processes already done waits
+// for (a statement that waits past its lock_timeout fails, and its call
+// runs unlocked).
+func TestMigrate_afterAnotherProcessMigrated_waitsForNoTable(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := testCtx(t)
+	a := f.backend()
+	if err := a.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := newPool(t)
+	exec := func(c interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, sql string, args ...any) {
+		t.Helper()
+		if _, err := c.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// The schema looks missing to the next reader, and another
+	// process's migration holds the advisory lock.
+	exec(db, "COMMENT ON TABLE "+a.q.lockT+" IS NULL")
+	other, err := db.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	exec(other, "SELECT pg_advisory_lock($1)", a.lockID)
+
+	b := f.backend()
+	done := make(chan error, 1)
+	go func() { done <- b.Migrate(ctx) }()
+	waiting := func(locktype string) bool {
+		var n int
+		err := db.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = $1", locktype).Scan(&n)
+		return err == nil && n > 0
+	}
+	eventually(t, "the migration waiting for the advisory lock", func() bool { return waiting("advisory") })
+
+	// The other migration completes, and live traffic writes a lock row
+	// in a transaction left open.
+	exec(db, "COMMENT ON TABLE "+a.q.lockT+" IS '"+schemaVersion+"'")
+	live, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = live.Rollback(context.Background()) }()
+	exec(live, "LOCK TABLE "+a.q.lockT+" IN ROW EXCLUSIVE MODE")
+	exec(other, "SELECT pg_advisory_unlock($1)", a.lockID)
+
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			return
+		default:
+		}
+		if waiting("relation") {
+			_ = live.Rollback(ctx)
+			t.Fatalf("the migration waits for a table lock held by live traffic (then returned %v)", <-done)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Callers of one Backend wait for its migration no longer than their
+// contexts allow.
+func TestMigrate_waitingCallerLeavesWithItsContext(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := testCtx(t)
+	db := newPool(t)
+	hold, err := db.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	b := f.backend()
+	// Another process migrates: b's migration waits for the advisory lock.
+	if _, err := hold.Exec(ctx, "SELECT pg_advisory_lock($1)", b.lockID); err != nil {
+		t.Fatal(err)
+	}
+	// The first caller waits for the advisory lock until it is freed
+	// below, or for 10 seconds.
+	firstCtx, cancelFirst := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelFirst()
+	first := make(chan error, 1)
+	go func() { first <- b.Migrate(firstCtx) }()
+	eventually(t, "the first migration waiting for the advisory lock", func() bool {
+		var n int
+		err := db.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'").Scan(&n)
+		return err == nil && n > 0
+	})
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	second := make(chan error, 1)
+	go func() { second <- b.Migrate(short) }()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Migrate with an ended context, behind a migration in flight = %v, want context.Canceled", err)
+		}
+	case err := <-first:
+		t.Fatalf("the caller whose context ended waited for the migration in flight, which returned %v", err)
+	}
+	if _, err := hold.Exec(ctx, "SELECT pg_advisory_unlock($1)", b.lockID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
 }
