@@ -17,10 +17,12 @@ func newGetter(b *Backend, c podConfig) (getFunc, func(), error) {
 	}
 	// These tests are about the lock, not about timeouts: unless a test
 	// sets one, a generous operation timeout keeps a loaded machine's
-	// scheduling delays from reading as database failures.
+	// delays from reading as database failures. A burst queues hundreds
+	// of statements per pod for the pool's few connections (4 on two
+	// cores), and on a busy machine the last ones waited past 2 s.
 	op := c.OpTimeout
 	if op == 0 {
-		op = 2 * time.Second
+		op = 10 * time.Second
 	}
 	pipe, err := resilience.New[string](c.Name).
 		Cache(ttl).
