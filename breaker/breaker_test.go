@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -107,56 +108,65 @@ func TestNew_rejectsNegativeDurations(t *testing.T) {
 }
 
 func TestNew_defaults(t *testing.T) {
-	b := mustNew(t, Settings{Name: "d"})
-	if b.Name() != "d" || b.State() != Closed {
-		t.Fatalf("name %q state %v", b.Name(), b.State())
-	}
-	for i := range DefaultFailures - 1 {
-		if err := call(b, errDown, 0); err != nil {
-			t.Fatalf("call %d refused: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, Settings{Name: "d"})
+		if b.Name() != "d" || b.State() != Closed {
+			t.Fatalf("name %q state %v", b.Name(), b.State())
 		}
-	}
-	if b.State() != Closed {
-		t.Fatalf("open after %d failures, want %d", DefaultFailures-1, DefaultFailures)
-	}
-	_ = call(b, errDown, 0)
-	if b.State() != Open {
-		t.Fatalf("state after %d failures = %v, want open", DefaultFailures, b.State())
-	}
-	// The default open timeout is long: still open a moment later.
-	time.Sleep(20 * time.Millisecond)
-	if err := call(b, nil, 0); !errors.Is(err, ErrOpen) {
-		t.Fatalf("err = %v, want ErrOpen within the 30s default open timeout", err)
-	}
-	// Slow calls do not count by default.
-	b2 := mustNew(t, Settings{Failures: 1})
-	_ = call(b2, nil, 20*time.Millisecond)
-	if b2.State() != Closed {
-		t.Fatal("a slow success opened a breaker without SlowCall")
-	}
+		for i := range DefaultFailures - 1 {
+			if err := call(b, errDown, 0); err != nil {
+				t.Fatalf("call %d refused: %v", i, err)
+			}
+		}
+		if b.State() != Closed {
+			t.Fatalf("open after %d failures, want %d", DefaultFailures-1, DefaultFailures)
+		}
+		_ = call(b, errDown, 0)
+		if b.State() != Open {
+			t.Fatalf("state after %d failures = %v, want open", DefaultFailures, b.State())
+		}
+		// The bubble's clock moves only by the sleeps: open until the
+		// default open timeout has passed, then a probe is let through.
+		time.Sleep(DefaultOpenTimeout - time.Millisecond)
+		if err := call(b, nil, 0); !errors.Is(err, ErrOpen) {
+			t.Fatalf("err = %v, want ErrOpen within the %v default open timeout", err, DefaultOpenTimeout)
+		}
+		time.Sleep(2 * time.Millisecond)
+		if err := call(b, nil, 0); err != nil || b.State() != Closed {
+			t.Fatalf("past the default open timeout: err = %v, state %v; want the probe run and closed", err, b.State())
+		}
+		// Slow calls do not count by default.
+		b2 := mustNew(t, Settings{Failures: 1})
+		_ = call(b2, nil, 20*time.Millisecond)
+		if b2.State() != Closed {
+			t.Fatal("a slow success opened a breaker without SlowCall")
+		}
+	})
 }
 
 func TestBreaker_transitionsAndCallbacksInOrder(t *testing.T) {
-	rec := &recorder{}
-	const openTimeout = 30 * time.Millisecond
-	b := mustNew(t, Settings{Name: "t", Failures: 2, OpenTimeout: openTimeout, OnStateChange: rec.on})
-	_ = call(b, errDown, 0)
-	_ = call(b, nil, 0) // a success resets the run
-	_ = call(b, errDown, 0)
-	if b.State() != Closed {
-		t.Fatal("opened without 2 consecutive failures")
-	}
-	_ = call(b, errDown, 0)
-	// A sleep only ever lasts longer than asked: past the open timeout,
-	// the next call is a probe.
-	time.Sleep(openTimeout + 10*time.Millisecond)
-	_ = call(b, errDown, 0) // failed probe: open again
-	time.Sleep(openTimeout + 10*time.Millisecond)
-	_ = call(b, nil, 0) // good probe: closed
-	want := "closed>open,open>half-open,half-open>open,open>half-open,half-open>closed"
-	if got := rec.String(); got != want {
-		t.Fatalf("transitions %q, want %q", got, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		const openTimeout = 30 * time.Millisecond
+		b := mustNew(t, Settings{Name: "t", Failures: 2, OpenTimeout: openTimeout, OnStateChange: rec.on})
+		_ = call(b, errDown, 0)
+		_ = call(b, nil, 0) // a success resets the run
+		_ = call(b, errDown, 0)
+		if b.State() != Closed {
+			t.Fatal("opened without 2 consecutive failures")
+		}
+		_ = call(b, errDown, 0)
+		// The bubble's clock moves only by the sleeps: past the open timeout,
+		// the next call is a probe.
+		time.Sleep(openTimeout + 10*time.Millisecond)
+		_ = call(b, errDown, 0) // failed probe: open again
+		time.Sleep(openTimeout + 10*time.Millisecond)
+		_ = call(b, nil, 0) // good probe: closed
+		want := "closed>open,open>half-open,half-open>open,open>half-open,half-open>closed"
+		if got := rec.String(); got != want {
+			t.Fatalf("transitions %q, want %q", got, want)
+		}
+	})
 }
 
 func TestBreaker_openRefusesCalls(t *testing.T) {
@@ -174,30 +184,32 @@ func TestBreaker_openRefusesCalls(t *testing.T) {
 }
 
 func TestBreaker_halfOpenProbes(t *testing.T) {
-	const openTimeout = 20 * time.Millisecond
-	b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout, HalfOpenProbes: 2})
-	_ = call(b, errDown, 0)
-	time.Sleep(openTimeout + 10*time.Millisecond) // half-open from then on, until the probes end
-	d1, err1 := begin(t, b)
-	d2, err2 := begin(t, b)
-	_, err3 := begin(t, b)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("probes refused: %v %v", err1, err2)
-	}
-	if !errors.Is(err3, ErrTooManyProbes) || errors.Is(err3, ErrOpen) {
-		t.Fatalf("third call while half-open: %v, want ErrTooManyProbes", err3)
-	}
-	if b.State() != HalfOpen {
-		t.Fatalf("state %v, want half-open", b.State())
-	}
-	d1(nil)
-	if b.State() != HalfOpen {
-		t.Fatal("closed after one of two probes")
-	}
-	d2(nil)
-	if b.State() != Closed {
-		t.Fatalf("state %v after two good probes, want closed", b.State())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const openTimeout = 20 * time.Millisecond
+		b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout, HalfOpenProbes: 2})
+		_ = call(b, errDown, 0)
+		time.Sleep(openTimeout + 10*time.Millisecond) // half-open from then on, until the probes end
+		d1, err1 := begin(t, b)
+		d2, err2 := begin(t, b)
+		_, err3 := begin(t, b)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("probes refused: %v %v", err1, err2)
+		}
+		if !errors.Is(err3, ErrTooManyProbes) || errors.Is(err3, ErrOpen) {
+			t.Fatalf("third call while half-open: %v, want ErrTooManyProbes", err3)
+		}
+		if b.State() != HalfOpen {
+			t.Fatalf("state %v, want half-open", b.State())
+		}
+		d1(nil)
+		if b.State() != HalfOpen {
+			t.Fatal("closed after one of two probes")
+		}
+		d2(nil)
+		if b.State() != Closed {
+			t.Fatalf("state %v after two good probes, want closed", b.State())
+		}
+	})
 }
 
 func TestBreaker_outcomes(t *testing.T) {
@@ -216,7 +228,7 @@ func TestBreaker_outcomes(t *testing.T) {
 		{"wrapped canceled", Settings{}, fmt.Errorf("get: %w", context.Canceled), 0, false},
 		{"deadline exceeded counts", Settings{}, context.DeadlineExceeded, 0, true},
 		{"ignore", Settings{}, Ignore, 0, false},
-		// A sleep only ever lasts longer than asked; a call that does not
+		// In the bubble a call lasts exactly its sleep; a call that does not
 		// sleep stays under a minute however loaded the machine.
 		{"slow success", Settings{SlowCall: 10 * time.Millisecond}, nil, 20 * time.Millisecond, true},
 		{"fast success", Settings{SlowCall: time.Minute}, nil, 0, false},
@@ -229,14 +241,16 @@ func TestBreaker_outcomes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := tc.s
-			s.Failures = 2
-			b := mustNew(t, s)
-			_ = call(b, tc.err, tc.took)
-			_ = call(b, tc.err, tc.took)
-			if got := b.State() == Open; got != tc.wantTrips {
-				t.Fatalf("two calls ending %v after %v: open = %v, want %v", tc.err, tc.took, got, tc.wantTrips)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				s := tc.s
+				s.Failures = 2
+				b := mustNew(t, s)
+				_ = call(b, tc.err, tc.took)
+				_ = call(b, tc.err, tc.took)
+				if got := b.State() == Open; got != tc.wantTrips {
+					t.Fatalf("two calls ending %v after %v: open = %v, want %v", tc.err, tc.took, got, tc.wantTrips)
+				}
+			})
 		})
 	}
 }
@@ -253,72 +267,76 @@ func TestBreaker_ignoreDoesNotBreakARun(t *testing.T) {
 }
 
 func TestBreaker_callbackReentersBreaker_noDeadlock(t *testing.T) {
-	var b *Breaker
-	var states []State
-	var mu sync.Mutex
-	b = mustNew(t, Settings{Failures: 1, OpenTimeout: 10 * time.Millisecond, OnStateChange: func(_ string, _, to State) {
-		s := b.State() // would deadlock if called under a lock
-		_ = b.Execute(func() error { return nil })
+	synctest.Test(t, func(t *testing.T) {
+		var b *Breaker
+		var states []State
+		var mu sync.Mutex
+		b = mustNew(t, Settings{Failures: 1, OpenTimeout: 10 * time.Millisecond, OnStateChange: func(_ string, _, to State) {
+			s := b.State() // would deadlock if called under a lock
+			_ = b.Execute(func() error { return nil })
+			mu.Lock()
+			states = append(states, to, s)
+			mu.Unlock()
+		}})
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			_ = call(b, errDown, 0)
+			time.Sleep(20 * time.Millisecond)
+			_ = call(b, nil, 0)
+		}()
+		select {
+		case <-finished:
+		case <-time.After(10 * time.Second):
+			t.Fatal("deadlock: callback calling back into the breaker")
+		}
 		mu.Lock()
-		states = append(states, to, s)
-		mu.Unlock()
-	}})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		_ = call(b, errDown, 0)
-		time.Sleep(20 * time.Millisecond)
-		_ = call(b, nil, 0)
-	}()
-	select {
-	case <-finished:
-	case <-time.After(10 * time.Second):
-		t.Fatal("deadlock: callback calling back into the breaker")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(states) < 2 || states[0] != Open {
-		t.Fatalf("callback saw %v, want it to run from the first transition (to open)", states)
-	}
+		defer mu.Unlock()
+		if len(states) < 2 || states[0] != Open {
+			t.Fatalf("callback saw %v, want it to run from the first transition (to open)", states)
+		}
+	})
 }
 
 func TestBreaker_concurrentCallbacksChainInOrder(t *testing.T) {
-	rec := &recorder{}
-	b := mustNew(t, Settings{Failures: 3, OpenTimeout: time.Millisecond, OnStateChange: rec.on})
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 300 {
-				// Three failures, then a success: each goroutine trips
-				// the breaker on its own, however the scheduler
-				// interleaves them, and the sleeps let it half-open.
-				var err error
-				if (g+i)%4 != 0 {
-					err = errDown
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		b := mustNew(t, Settings{Failures: 3, OpenTimeout: time.Millisecond, OnStateChange: rec.on})
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 300 {
+					// Three failures, then a success: each goroutine trips
+					// the breaker on its own, however the scheduler
+					// interleaves them, and the sleeps let it half-open.
+					var err error
+					if (g+i)%4 != 0 {
+						err = errDown
+					}
+					_ = call(b, err, 0)
+					if i%50 == 0 {
+						time.Sleep(2 * time.Millisecond)
+					}
 				}
-				_ = call(b, err, 0)
-				if i%50 == 0 {
-					time.Sleep(2 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	_ = b.State() // deliver anything still queued
-	got := strings.Split(rec.String(), ",")
-	if len(got) < 2 {
-		t.Fatalf("only %d transitions; the test needs several", len(got))
-	}
-	prev := "closed"
-	for i, x := range got {
-		from, to, _ := strings.Cut(x, ">")
-		if from != prev {
-			t.Fatalf("transition %d is %s, but the state was %s: out of order: %v", i, x, prev, got)
+			}()
 		}
-		prev = to
-	}
+		wg.Wait()
+		_ = b.State() // deliver anything still queued
+		got := strings.Split(rec.String(), ",")
+		if len(got) < 2 {
+			t.Fatalf("only %d transitions; the test needs several", len(got))
+		}
+		prev := "closed"
+		for i, x := range got {
+			from, to, _ := strings.Cut(x, ">")
+			if from != prev {
+				t.Fatalf("transition %d is %s, but the state was %s: out of order: %v", i, x, prev, got)
+			}
+			prev = to
+		}
+	})
 }
 
 func TestBreaker_Execute(t *testing.T) {
@@ -436,27 +454,29 @@ func TestBreaker_Subscribe_everySubscriberHearsUntilItLeaves(t *testing.T) {
 }
 
 func TestBreaker_FailureRatio_windowRolls(t *testing.T) {
-	const window = 100 * time.Millisecond
-	b := mustNew(t, Settings{Name: "w", FailureRatio: 0.5, MinRequests: 4, Window: window, OpenTimeout: time.Minute})
-	for range 3 {
+	synctest.Test(t, func(t *testing.T) {
+		const window = 100 * time.Millisecond
+		b := mustNew(t, Settings{Name: "w", FailureRatio: 0.5, MinRequests: 4, Window: window, OpenTimeout: time.Minute})
+		for range 3 {
+			_ = call(b, errDown, 0)
+		}
+		// The bubble's clock moves only by the sleeps: the three failures are
+		// out of the window now.
+		time.Sleep(window + 2*window/windowBuckets)
 		_ = call(b, errDown, 0)
-	}
-	// A sleep only ever lasts longer than asked: the three failures are
-	// out of the window now.
-	time.Sleep(window + 2*window/windowBuckets)
-	_ = call(b, errDown, 0)
-	for range 3 {
-		_ = call(b, nil, 0)
-	}
-	if b.State() != Closed {
-		t.Fatalf("state = %v: 1 failure of 4 in the window, but failures from before it counted", b.State())
-	}
-	for range 4 {
-		_ = call(b, errDown, 0)
-	}
-	if b.State() != Open {
-		t.Fatalf("state = %v at 5 failures of 8 in the window, want open", b.State())
-	}
+		for range 3 {
+			_ = call(b, nil, 0)
+		}
+		if b.State() != Closed {
+			t.Fatalf("state = %v: 1 failure of 4 in the window, but failures from before it counted", b.State())
+		}
+		for range 4 {
+			_ = call(b, errDown, 0)
+		}
+		if b.State() != Open {
+			t.Fatalf("state = %v at 5 failures of 8 in the window, want open", b.State())
+		}
+	})
 }
 
 func TestBreaker_FailureRatio_ignoredCallsCountNeitherWay(t *testing.T) {
@@ -477,45 +497,49 @@ func TestBreaker_FailureRatio_ignoredCallsCountNeitherWay(t *testing.T) {
 }
 
 func TestBreaker_halfOpen_ignoredProbeFreesItsSlot(t *testing.T) {
-	const openTimeout = 20 * time.Millisecond
-	b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout})
-	_ = call(b, errDown, 0)
-	time.Sleep(openTimeout + 10*time.Millisecond)
-	if err := call(b, Ignore, 0); err != nil {
-		t.Fatalf("probe refused: %v", err)
-	}
-	if b.State() != HalfOpen {
-		t.Fatalf("state %v after an ignored probe, want still half-open", b.State())
-	}
-	if err := call(b, nil, 0); err != nil {
-		t.Fatalf("second probe refused after the first said nothing: %v", err)
-	}
-	if b.State() != Closed {
-		t.Fatalf("state %v after a good probe, want closed", b.State())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const openTimeout = 20 * time.Millisecond
+		b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout})
+		_ = call(b, errDown, 0)
+		time.Sleep(openTimeout + 10*time.Millisecond)
+		if err := call(b, Ignore, 0); err != nil {
+			t.Fatalf("probe refused: %v", err)
+		}
+		if b.State() != HalfOpen {
+			t.Fatalf("state %v after an ignored probe, want still half-open", b.State())
+		}
+		if err := call(b, nil, 0); err != nil {
+			t.Fatalf("second probe refused after the first said nothing: %v", err)
+		}
+		if b.State() != Closed {
+			t.Fatalf("state %v after a good probe, want closed", b.State())
+		}
+	})
 }
 
 func TestBreaker_lateOutcomeOfAnOlderStateIsDropped(t *testing.T) {
-	const openTimeout = 20 * time.Millisecond
-	b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout})
-	late, err := begin(t, b) // admitted while closed
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = call(b, errDown, 0)
-	time.Sleep(openTimeout + 10*time.Millisecond)
-	probe, err := begin(t, b)
-	if err != nil {
-		t.Fatalf("probe refused: %v", err)
-	}
-	late(errDown) // from before the breaker opened: says nothing now
-	if b.State() != HalfOpen {
-		t.Fatalf("state %v: a failure from the closed state reopened a half-open breaker", b.State())
-	}
-	probe(nil)
-	if b.State() != Closed {
-		t.Fatalf("state %v after a good probe, want closed", b.State())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const openTimeout = 20 * time.Millisecond
+		b := mustNew(t, Settings{Failures: 1, OpenTimeout: openTimeout})
+		late, err := begin(t, b) // admitted while closed
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = call(b, errDown, 0)
+		time.Sleep(openTimeout + 10*time.Millisecond)
+		probe, err := begin(t, b)
+		if err != nil {
+			t.Fatalf("probe refused: %v", err)
+		}
+		late(errDown) // from before the breaker opened: says nothing now
+		if b.State() != HalfOpen {
+			t.Fatalf("state %v: a failure from the closed state reopened a half-open breaker", b.State())
+		}
+		probe(nil)
+		if b.State() != Closed {
+			t.Fatalf("state %v after a good probe, want closed", b.State())
+		}
+	})
 }
 
 // The hot paths allocate nothing: a closed breaker's Execute, with a
@@ -590,22 +614,24 @@ func TestBreaker_IsFailureReentersBreaker_noDeadlock(t *testing.T) {
 // A call's outcome counts in the window bucket of when the call began:
 // one that began before the window is dropped when it ends.
 func TestBreaker_FailureRatio_outcomeOfACallFromBeforeTheWindowIsDropped(t *testing.T) {
-	const window = 100 * time.Millisecond
-	b := mustNew(t, Settings{Name: "late", FailureRatio: 0.5, MinRequests: 2, Window: window, OpenTimeout: time.Minute})
-	late, err := begin(t, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A sleep only ever lasts longer than asked: the late call began
-	// before the window now.
-	time.Sleep(window + 2*window/windowBuckets)
-	_ = call(b, errDown, 0)
-	late(errDown)
-	if b.State() != Closed {
-		t.Fatalf("state = %v: a call from before the window counted toward MinRequests", b.State())
-	}
-	_ = call(b, errDown, 0)
-	if b.State() != Open {
-		t.Fatalf("state = %v at 2 failures of 2 in the window, want open", b.State())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const window = 100 * time.Millisecond
+		b := mustNew(t, Settings{Name: "late", FailureRatio: 0.5, MinRequests: 2, Window: window, OpenTimeout: time.Minute})
+		late, err := begin(t, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The bubble's clock moves only by the sleeps: the late call began
+		// before the window now.
+		time.Sleep(window + 2*window/windowBuckets)
+		_ = call(b, errDown, 0)
+		late(errDown)
+		if b.State() != Closed {
+			t.Fatalf("state = %v: a call from before the window counted toward MinRequests", b.State())
+		}
+		_ = call(b, errDown, 0)
+		if b.State() != Open {
+			t.Fatalf("state = %v at 2 failures of 2 in the window, want open", b.State())
+		}
+	})
 }
