@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -38,24 +39,32 @@ func TestMemory_TryAcquire_heldReleaseFence(t *testing.T) {
 }
 
 func TestMemory_lease_expiresAndWatchdogExtends(t *testing.T) {
-	var m Memory
-	ctx := context.Background()
-	a, _ := m.TryAcquire(ctx, "short", 30*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	if err := a.Release(ctx); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("release after expiry: %v, want ErrNotHeld", err)
-	}
-	// A lease of 600 ms, extended every 200 ms: a loaded machine would
-	// have to stall the watchdog for 400 ms to lose it.
-	w, _ := m.TryAcquire(ctx, "watched", 600*time.Millisecond)
-	w.KeepAlive(ctx, nil)
-	time.Sleep(2 * time.Second) // over three leases
-	if _, err := m.TryAcquire(ctx, "watched", time.Minute); !errors.Is(err, ErrNotAcquired) {
-		t.Fatalf("watched lock was lost: %v", err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatalf("release: %v", err)
-	}
+	// The bubble's clock moves only when every goroutine in it waits:
+	// the lease ends exactly when it says, and the watchdog's beats are
+	// never late.
+	synctest.Test(t, func(t *testing.T) {
+		var m Memory
+		ctx := context.Background()
+		a, _ := m.TryAcquire(ctx, "short", 30*time.Millisecond)
+		time.Sleep(29 * time.Millisecond)
+		if _, err := m.TryAcquire(ctx, "short", time.Minute); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("acquire within the lease: %v, want ErrNotAcquired", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+		if err := a.Release(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("release after expiry: %v, want ErrNotHeld", err)
+		}
+		w, _ := m.TryAcquire(ctx, "watched", 600*time.Millisecond)
+		w.KeepAlive(ctx, nil)
+		time.Sleep(10 * time.Second) // over sixteen leases
+		if _, err := m.TryAcquire(ctx, "watched", time.Minute); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("watched lock was lost: %v", err)
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		synctest.Wait() // the watchdog has seen the release and ended
+	})
 }
 
 func TestMemory_badArgsAndCtx(t *testing.T) {
