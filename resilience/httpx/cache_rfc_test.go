@@ -147,8 +147,8 @@ func TestTransport_cacheAuthorization(t *testing.T) {
 // 4.2.2 make 200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414 and 501
 // heuristically cacheable: the cache keeps them without an explicit
 // lifetime (for CacheTTL), and with one. 206 is never kept: the cache does
-// not handle ranges. Other statuses are kept only as 2xx with an explicit
-// lifetime; other 5xx never, being failures.
+// not handle ranges. 302, 303, 307 and other 2xx are kept only with an
+// explicit lifetime (RFC 9111 section 3); the other 4xx and 5xx never.
 func TestTransport_cacheStatuses(t *testing.T) {
 	type row struct {
 		status   int
@@ -164,7 +164,9 @@ func TestTransport_cacheStatuses(t *testing.T) {
 		row{204, "", true, false}, row{204, "max-age=60", true, false},
 		row{206, "", false, true}, row{206, "max-age=60", false, true},
 		row{201, "", false, true}, row{201, "max-age=60", true, true},
-		row{302, "max-age=60", false, true}, row{307, "max-age=60", false, true},
+		row{302, "", false, true}, row{302, "max-age=60", true, true},
+		row{303, "", false, true}, row{303, "max-age=60", true, true},
+		row{307, "", false, true}, row{307, "max-age=60", true, true},
 		row{400, "max-age=60", false, true}, row{403, "max-age=60", false, true},
 		row{500, "max-age=60", false, true}, row{503, "max-age=60", false, true},
 		row{404, "no-store", false, true}, row{301, "max-age=0", false, true},

@@ -139,14 +139,15 @@ func judge(resp *http.Response, covered []string, authorized bool, now time.Time
 // keepsStatus reports whether a reusable response of status code may be
 // kept: one of the heuristically cacheable statuses of RFC 9110 section
 // 15.1 (200, 203, 204, 300, 301, 308, 404, 405, 410, 414 and 501) with or
-// without an explicit lifetime, and any other 2xx with one (or
-// "public"). 206 is never kept, although heuristically cacheable: the
-// cache neither stores nor combines ranges (RFC 9111 section 3.3 lets it
-// not), and DefaultCacheKey leaves out requests with Range. Other
-// statuses are not kept even with a lifetime, which RFC 9111 section 3
-// allows but does not require: 429 and 5xx but 501 are failures, retried
-// and handed to Fallback, and temporary redirects (302, 303, 307) and the
-// other 4xx describe a passing state of the resource or of the request.
+// without an explicit lifetime, and the temporary redirects (302, 303 and
+// 307) and any other 2xx with one (or "public"). 206 is never kept,
+// although heuristically cacheable: the cache neither stores nor combines
+// ranges (RFC 9111 section 3.3 lets it not), and DefaultCacheKey leaves
+// out requests with Range. Other statuses are not kept even with a
+// lifetime, which RFC 9111 section 3 allows but does not require: 429 and
+// 5xx but 501 are failures, retried and handed to Fallback, 304 answers a
+// validation the cache does not make, and the other 4xx describe a
+// passing state of the request.
 func keepsStatus(code int, explicit bool) bool {
 	switch code {
 	case http.StatusPartialContent:
@@ -156,6 +157,8 @@ func keepsStatus(code int, explicit bool) bool {
 		http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusGone, http.StatusRequestURITooLong,
 		http.StatusNotImplemented:
 		return true
+	case http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect:
+		return explicit
 	}
 	return explicit && code/100 == 2
 }

@@ -85,9 +85,9 @@
 //     section 15.1 (200, 203, 204, 300, 301, 308, 404, 405, 410, 414 and
 //     501) are kept for CacheTTL, the cache's heuristic lifetime (RFC 9111
 //     section 4.2.2); they are kept with an explicit lifetime too, and
-//     other 2xx only with one or "public". 206 is never kept: the cache
-//     does not store or combine ranges. Other statuses are not kept (429
-//     and other 5xx are failures). A kept 501 still goes to
+//     302, 303, 307 and other 2xx only with one (or "public"). 206 is
+//     never kept: the cache does not store or combine ranges. Other
+//     statuses are not kept (429 and other 5xx are failures). A kept 501 still goes to
 //     Options.Fallback, as an uncached one does. A response served from
 //     the cache carries an Age header. The cache never revalidates.
 //
