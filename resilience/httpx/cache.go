@@ -182,7 +182,9 @@ func (t *Transport) load(req, owner *http.Request, base string, vary []string) (
 	t.varies.learn(base, resp.Header)
 	authorized := len(req.Header.Values("Authorization")) > 0
 	if names, _ := varyNames(resp.Header); !covers(vary, names) {
-		return nil, t.storeVariant(req, owner, base, union(vary, names), s, judge(resp, union(vary, names), authorized, s.received, t.o.CacheTTL))
+		covered := union(vary, names)
+		v := judge(resp, covered, authorized, s.received, t.o.CacheTTL)
+		return nil, t.storeVariant(req, owner, base, covered, s, v)
 	}
 	v := judge(resp, vary, authorized, s.received, t.o.CacheTTL)
 	if v.ttl <= 0 {
