@@ -48,9 +48,14 @@ func (s *snapshot) response(req *http.Request) *http.Response {
 // header says how old it is, in whole seconds (RFC 9111 section 5.1).
 func (s *snapshot) stored(req *http.Request, now time.Time) *http.Response {
 	resp := s.response(req)
-	age := s.age + max(now.Sub(s.received), 0)
-	resp.Header.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
+	resp.Header.Set("Age", strconv.FormatInt(int64(s.ageAt(now)/time.Second), 10))
 	return resp
+}
+
+// ageAt is s's age at now: the Age the upstream gave it plus the time it
+// has spent here.
+func (s *snapshot) ageAt(now time.Time) time.Duration {
+	return s.age + max(now.Sub(s.received), 0)
 }
 
 // errTooLarge says a response's body passed CacheMaxBody.
@@ -86,7 +91,9 @@ func newCache(o Options) (*resilience.Pipeline[*snapshot], error) {
 // cached serves req through the cache under the entry key of base.
 // Concurrent misses for one key share one exchange, which runs on the
 // pipeline's detached context so that one caller leaving does not cancel
-// it for the others.
+// it for the others. A stored response that has expired, or that req does
+// not accept (its max-age or min-fresh, see [accepts]), is dropped and
+// loaded again: the newer response takes its place.
 func (t *Transport) cached(req *http.Request, base string) (*http.Response, error) {
 	// The exchange sends bodies made by GetBody; this one is never sent.
 	closeBody(req.Body)
@@ -101,15 +108,18 @@ func (t *Transport) cached(req *http.Request, base string) (*http.Response, erro
 	}
 	// The pipeline keeps entries for CacheTTL; a response that said it
 	// is fresh for less is dropped once its time has passed, and loaded
-	// again. The second turn only meets an expired entry if another
-	// caller stored one in between that has expired already.
+	// again. The second turn only meets a stored entry if another caller
+	// stored one in between, which req does not accept either: req then
+	// goes alone.
 	for range 2 {
 		r, err := t.cache.GetResult(req.Context(), key, load)
 		if err == nil && r.Source == resilience.SourceL1 {
-			if now := t.policy.Now(); now.Before(r.Value.expires) {
-				return r.Value.stored(req, now), nil
+			s, now := r.Value, t.policy.Now()
+			if now.Before(s.expires) && accepts(req, s.ageAt(now), s.expires.Sub(now)) {
+				// A kept 501 is still a failing status: to Fallback.
+				return t.fallBack(req, s.stored(req, now), nil)
 			}
-			// Detached: the entry is expired whether or not this caller
+			// Detached: the entry is dropped whether or not this caller
 			// stays.
 			_ = t.cache.Invalidate(context.WithoutCancel(req.Context()), key)
 			continue
@@ -124,7 +134,7 @@ func (t *Transport) answer(req *http.Request, s *snapshot, err error) (*http.Res
 	var ue *uncachedError
 	switch {
 	case err == nil:
-		return s.response(req), nil
+		return t.fallBack(req, s.response(req), nil)
 	case errors.As(err, &ue) && ue.isFor(req):
 		return t.fallBack(req, ue.s.response(req), nil)
 	case errors.As(err, &ue), errors.Is(err, errTooLarge):
@@ -170,10 +180,30 @@ func (t *Transport) load(req, owner *http.Request, base string, vary []string) (
 		s.contentLength = resp.ContentLength
 	}
 	t.varies.learn(base, resp.Header)
-	v := judge(resp, vary, s.received, t.o.CacheTTL)
+	authorized := len(req.Header.Values("Authorization")) > 0
+	if names, _ := varyNames(resp.Header); !covers(vary, names) {
+		covered := union(vary, names)
+		v := judge(resp, covered, authorized, s.received, t.o.CacheTTL)
+		return nil, t.storeVariant(req, owner, base, covered, s, v)
+	}
+	v := judge(resp, vary, authorized, s.received, t.o.CacheTTL)
 	if v.ttl <= 0 {
 		return nil, &uncachedError{s: s, owner: owner, shared: v.shared}
 	}
 	s.expires = s.received.Add(v.ttl)
 	return s, nil
+}
+
+// storeVariant keeps s, the response to req whose Vary names headers the
+// key of req did not cover, under its variant key, the one that covers
+// them (RFC 9111 section 4.1), if v lets it be kept. Its answer reaches
+// only owner's caller: the callers that shared the exchange may differ in
+// those headers, so they send their own requests.
+func (t *Transport) storeVariant(req, owner *http.Request, base string, covered []string, s *snapshot, v verdict) error {
+	if v.ttl > 0 {
+		s.expires = s.received.Add(v.ttl)
+		// The exchange's own detached context: the pipeline bounds it.
+		_ = t.cache.Set(req.Context(), entryKey(req, base, covered, t.o.CacheCredentials), s)
+	}
+	return &uncachedError{s: s, owner: owner, shared: false}
 }

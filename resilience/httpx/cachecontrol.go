@@ -17,8 +17,9 @@ import (
 // usesCache reports whether req may be answered from the cache and its
 // response kept there. A request with credentials (Authorization or
 // Cookie) may not, unless Options.CacheCredentials; nor may one whose
-// Cache-Control says no-store, no-cache or max-age=0, or that has only
-// "Pragma: no-cache" (RFC 9111 sections 5.2.1 and 5.4).
+// Cache-Control says no-store, no-cache or max-age=0, or has a max-age or
+// min-fresh that is not a delta-seconds, or that has only "Pragma:
+// no-cache" (RFC 9111 sections 5.2.1 and 5.4).
 func (t *Transport) usesCache(req *http.Request) bool {
 	if !t.o.CacheCredentials && hasCredentials(req.Header) {
 		return false
@@ -32,12 +33,34 @@ func (t *Transport) usesCache(req *http.Request) bool {
 			return false
 		}
 	}
+	if v, ok := cc["min-fresh"]; ok {
+		if _, valid := deltaSeconds(v); !valid {
+			return false
+		}
+	}
 	if len(cc) == 0 {
 		for _, p := range req.Header.Values("Pragma") {
 			if parseDirectives([]string{p}).has("no-cache") {
 				return false
 			}
 		}
+	}
+	return true
+}
+
+// accepts reports whether req, which may use the cache, accepts a stored
+// response of age age that stays fresh for left more: not if its
+// Cache-Control max-age is less than age (RFC 9111 section 5.2.1.1), nor
+// if its min-fresh is more than left (section 5.2.1.3). A request that
+// does not accept the stored response goes to the upstream, whose
+// response then takes the stored one's place.
+func accepts(req *http.Request, age, left time.Duration) bool {
+	cc := parseDirectives(req.Header.Values("Cache-Control"))
+	if maxAge, ok := deltaSeconds(cc["max-age"]); ok && age > maxAge {
+		return false
+	}
+	if minFresh, ok := deltaSeconds(cc["min-fresh"]); ok && left < minFresh {
+		return false
 	}
 	return true
 }
@@ -67,25 +90,31 @@ type verdict struct {
 
 // judge applies the response rules to resp, received at now for a
 // request keyed on the values of the headers in covered (sorted,
-// canonical), with maxTTL the longest the cache keeps anything.
+// canonical), with maxTTL the longest the cache keeps anything. authorized
+// says the request carried an Authorization header.
 //
 // A response is reused (shared, and kept if its status allows) only if
 // nothing ties it to the request that fetched it: no Cache-Control
 // private, no-store or no-cache (RFC 9111 sections 5.2.2.4, 5.2.2.5 and
 // 5.2.2.7; their field-name forms are treated as the plain ones), no
 // Set-Cookie, and no Vary naming a header the key does not cover, or "*"
-// (section 4.1). It must also be fresh: s-maxage, else max-age, else
+// (section 4.1). A response to a request with Authorization must also say
+// a shared cache may reuse it: public, s-maxage or must-revalidate
+// (section 3.5). And it must be fresh: s-maxage, else max-age, else
 // Expires minus Date, less the Age header (section 4.2).
 //
-// Of the reusable responses, the cache keeps 2xx ones but 206 (section
-// 3.4): those of status 200, 203 and 204, which may be cached without an
-// explicit lifetime (RFC 9110 section 15.1), for maxTTL; the others only
-// with an explicit lifetime or "public". An explicit lifetime shorter
-// than maxTTL bounds the time kept.
-func judge(resp *http.Response, covered []string, now time.Time, maxTTL time.Duration) verdict {
+// Of the reusable responses, the cache keeps (see [keepsStatus]) those
+// whose status RFC 9110 section 15.1 makes heuristically cacheable, for
+// maxTTL when they name no lifetime (the cache's heuristic, section
+// 4.2.2), and other 2xx ones only with an explicit lifetime or "public".
+// An explicit lifetime shorter than maxTTL bounds the time kept.
+func judge(resp *http.Response, covered []string, authorized bool, now time.Time, maxTTL time.Duration) verdict {
 	h := resp.Header
 	cc := parseDirectives(h.Values("Cache-Control"))
 	if cc.has("private") || cc.has("no-store") || cc.has("no-cache") || len(h.Values("Set-Cookie")) > 0 {
+		return verdict{}
+	}
+	if authorized && !cc.has("public") && !cc.has("s-maxage") && !cc.has("must-revalidate") {
 		return verdict{}
 	}
 	names, star := varyNames(h)
@@ -108,16 +137,30 @@ func judge(resp *http.Response, covered []string, now time.Time, maxTTL time.Dur
 }
 
 // keepsStatus reports whether a reusable response of status code may be
-// kept: any 2xx but 206 with an explicit lifetime (or "public"), else
-// only those RFC 9110 makes cacheable by default.
+// kept: one of the heuristically cacheable statuses of RFC 9110 section
+// 15.1 (200, 203, 204, 300, 301, 308, 404, 405, 410, 414 and 501) with or
+// without an explicit lifetime, and the temporary redirects (302, 303 and
+// 307) and any other 2xx with one (or "public"). 206 is never kept,
+// although heuristically cacheable: the cache neither stores nor combines
+// ranges (RFC 9111 section 3.3 lets it not), and DefaultCacheKey leaves
+// out requests with Range. Other statuses are not kept even with a
+// lifetime, which RFC 9111 section 3 allows but does not require: 429 and
+// 5xx but 501 are failures, retried and handed to Fallback, 304 answers a
+// validation the cache does not make, and the other 4xx describe a
+// passing state of the request.
 func keepsStatus(code int, explicit bool) bool {
-	switch {
-	case code/100 != 2 || code == http.StatusPartialContent:
+	switch code {
+	case http.StatusPartialContent:
 		return false
-	case explicit:
+	case http.StatusOK, http.StatusNonAuthoritativeInfo, http.StatusNoContent,
+		http.StatusMultipleChoices, http.StatusMovedPermanently, http.StatusPermanentRedirect,
+		http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusGone, http.StatusRequestURITooLong,
+		http.StatusNotImplemented:
 		return true
+	case http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect:
+		return explicit
 	}
-	return code == http.StatusOK || code == http.StatusNonAuthoritativeInfo || code == http.StatusNoContent
+	return explicit && code/100 == 2
 }
 
 // freshness returns how much longer a response received at now stays

@@ -45,11 +45,31 @@ func entryKey(req *http.Request, base string, vary []string, creds bool) string 
 	return key + " " + hex.EncodeToString(h.Sum(nil))
 }
 
+// targetURI returns the target URI of a client request (RFC 9110 section
+// 7.1): its URL, whose authority is Request.Host when that is set, as the
+// Host header net/http sends then says.
+func targetURI(req *http.Request) string {
+	if req.Host == "" || req.Host == req.URL.Host {
+		return req.URL.String()
+	}
+	u := *req.URL
+	u.Host = req.Host
+	return u.String()
+}
+
+// union returns the names in a or b, sorted and without repeats.
+func union(a, b []string) []string {
+	all := slices.Concat(a, b)
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
 // varies remembers, for each base key, the request headers its responses
 // were last seen to vary on: what the key of the next request for it must
 // cover. It is bounded and its entries expire, like the cache itself. A
-// response that varies on a header the key did not cover is not kept;
-// the headers are remembered so that the next request's key covers them.
+// response that varies on a header the key did not cover is kept under
+// the key that covers it; the headers are remembered so that the next
+// request's key covers them.
 type varies struct {
 	m   *cache.Memory[[]string]
 	ttl time.Duration
@@ -80,9 +100,7 @@ func (v *varies) learn(base string, h http.Header) {
 	if covers(known, names) {
 		return
 	}
-	all := slices.Concat(known, names)
-	slices.Sort(all)
-	all = slices.Compact(all)
+	all := union(known, names)
 	now := time.Now() // the memory's own clock
 	v.m.Set(base, cache.Entry[[]string]{Value: all, Written: now, Expires: now.Add(v.ttl), StaleUntil: now.Add(v.ttl)})
 }

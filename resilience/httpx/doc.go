@@ -5,8 +5,10 @@
 // Each request goes through these stages, outermost first:
 //
 //   - an optional cache (Options.CacheTTL), for GET and HEAD by default,
-//     keyed by method and URL. It keeps 2xx responses only, as their
-//     status, header and body bytes, and gives every caller a fresh
+//     keyed by method and target URI (the URL, with Request.Host as its
+//     authority when set). It keeps the responses RFC 9111 lets a shared
+//     cache keep (see "The cache" below), as their status, header and
+//     body bytes, and gives every caller a fresh
 //     [*http.Response] with its own body reader. Concurrent misses for one
 //     key share one upstream exchange. It follows RFC 9111's rules for a
 //     shared cache (see "The cache" below), and is built on
@@ -53,25 +55,41 @@
 // The cache serves many users, so it follows RFC 9111's rules for a shared
 // cache:
 //
+//   - a response is stored and reused for the same target URI only (RFC
+//     9111 section 4): two Hosts behind one address never share one.
 //   - requests carrying Authorization or Cookie bypass it, unless
 //     Options.CacheCredentials keys them by (a digest of) those headers;
 //     so do requests whose Cache-Control says no-store, no-cache or
-//     max-age=0, or that send "Pragma: no-cache".
+//     max-age=0 (or a max-age or min-fresh that is not a number), or that
+//     send "Pragma: no-cache".
+//   - a request's max-age and min-fresh are honoured (sections 5.2.1.1
+//     and 5.2.1.3): a stored response older than max-age, or fresh for
+//     less than min-fresh, is not served; the request goes upstream and
+//     its response replaces the stored one.
 //   - a response is reused, whether kept or handed to the other callers
 //     that shared its exchange, only if nothing ties it to the request
 //     that fetched it: no Cache-Control private, no-store or no-cache, no
-//     Set-Cookie, and no Vary: *. A response that is not reused reaches
-//     only the caller whose request was sent; the others send their own.
-//   - Vary is respected: once a response names the request headers it
-//     varies on, the key of that URL includes those headers' values. The
-//     response that revealed them is not kept under the old key.
+//     Set-Cookie, and no Vary: *. With CacheCredentials, a response to a
+//     request with Authorization must also say public, s-maxage or
+//     must-revalidate (section 3.5); max-age alone is not enough. A
+//     response that is not reused reaches only the caller whose request
+//     was sent; the others send their own.
+//   - Vary is respected (section 4.1): once a response names the request
+//     headers it varies on, the key of that URL includes those headers'
+//     values, and the response that revealed them is kept under that
+//     variant key. It reaches only the caller whose request was sent.
 //   - s-maxage (which wins, the cache being shared), else max-age, else
 //     Expires minus Date, less the Age header, bound how long a response
 //     is kept below CacheTTL; a response stale on arrival is not kept.
-//     Without those, only 200, 203 and 204 are kept (for CacheTTL), other
-//     2xx (206 never) only with an explicit lifetime or "public". A response
-//     served from the cache carries an Age header. The cache never
-//     revalidates.
+//     Without those, the heuristically cacheable statuses of RFC 9110
+//     section 15.1 (200, 203, 204, 300, 301, 308, 404, 405, 410, 414 and
+//     501) are kept for CacheTTL, the cache's heuristic lifetime (RFC 9111
+//     section 4.2.2); they are kept with an explicit lifetime too, and
+//     302, 303, 307 and other 2xx only with one (or "public"). 206 is
+//     never kept: the cache does not store or combine ranges. Other
+//     statuses are not kept (429 and other 5xx are failures). A kept 501 still goes to
+//     Options.Fallback, as an uncached one does. A response served from
+//     the cache carries an Age header. The cache never revalidates.
 //
 // A request that bypasses the cache, and a response the cache does not
 // keep, go through the other stages as usual.

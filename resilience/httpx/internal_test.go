@@ -149,7 +149,7 @@ func TestJudge_vary(t *testing.T) {
 		if tt.vary != "" {
 			resp.Header.Set("Vary", tt.vary)
 		}
-		v := judge(resp, tt.covered, now, time.Minute)
+		v := judge(resp, tt.covered, false, now, time.Minute)
 		if kept := v.ttl > 0; kept != tt.kept || v.shared != tt.kept {
 			t.Errorf("judge(Vary %q, covered %q) = %+v, want kept and shared %v", tt.vary, tt.covered, v, tt.kept)
 		}

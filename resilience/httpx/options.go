@@ -69,15 +69,19 @@ type Options struct {
 	// key. It is only called when CacheTTL is positive, and only for
 	// requests the cache rules let through (see the package
 	// documentation): those rules, such as leaving out requests with
-	// credentials or answering Vary, apply whatever CacheKey says. A
-	// request with a body but no GetBody is never cached.
+	// credentials or answering Vary, apply whatever CacheKey says. Two
+	// requests that get one key share responses, so a key should name
+	// the request's target URI, Host included, as DefaultCacheKey's does.
+	// A request with a body but no GetBody is never cached.
 	// default: [DefaultCacheKey]
 	CacheKey func(req *http.Request) (key string, ok bool)
 	// CacheCredentials lets requests that carry an Authorization or a
 	// Cookie header through the cache. Each is then kept under a key that
 	// includes a digest of those headers, so that a response is reused
 	// only for a request with the same credentials; the response rules
-	// still apply (a private or Set-Cookie response is never kept). Leave
+	// still apply (a private or Set-Cookie response is never kept), and a
+	// response to a request with Authorization is kept only if it says
+	// public, s-maxage or must-revalidate (RFC 9111 section 3.5). Leave
 	// it off unless the upstream's answers to one set of credentials are
 	// meant to be reused for them.
 	// default: false (requests with credentials bypass the cache)
@@ -188,11 +192,14 @@ func IsIdempotent(req *http.Request) bool {
 	return ok
 }
 
-// DefaultCacheKey caches GET and HEAD requests under method + " " + URL.
-// It leaves out requests whose response is not the whole resource or
-// depends on more than the URL and the request headers: those with a
-// Range header, and those with a body. Requests with credentials are left
-// out by the transport itself, unless Options.CacheCredentials.
+// DefaultCacheKey caches GET and HEAD requests under method + " " + the
+// target URI: the URL, with Request.Host as its authority when set (the
+// Host the request is sent for), so that two virtual hosts behind one
+// address never share a response (RFC 9111 section 4). It leaves out
+// requests whose response is not the whole resource or depends on more
+// than the target URI and the request headers: those with a Range header,
+// and those with a body. Requests with credentials are left out by the
+// transport itself, unless Options.CacheCredentials.
 func DefaultCacheKey(req *http.Request) (string, bool) {
 	method := req.Method
 	if method == "" {
@@ -204,7 +211,7 @@ func DefaultCacheKey(req *http.Request) (string, bool) {
 	if len(req.Header.Values("Range")) > 0 || hasBody(req) {
 		return "", false
 	}
-	return method + " " + req.URL.String(), true
+	return method + " " + targetURI(req), true
 }
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
