@@ -132,6 +132,8 @@ func childMain(role string) int {
 		err = childWaker(cfg)
 	case "pipeline":
 		err = childPipeline(cfg)
+	case "race":
+		err = childRace(cfg)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

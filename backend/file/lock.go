@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -33,19 +34,33 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 	if err != nil {
 		return nil, &lock.BackendError{Op: "acquire", Err: err}
 	}
-	got, err := tryFlock(fd)
-	if err != nil {
-		_ = fd.Close()
-		return nil, &lock.BackendError{Op: "acquire", Err: err}
-	}
 	beat := max(min(s.heartbeat, lease/3), time.Millisecond)
 	tok := randHex(16)
 	var (
 		fence    int64
 		tookOver bool
 		busy     bool
+		granted  bool
+		ran      bool
 	)
 	err = s.withMutex(ctx, func() error {
+		ran = true
+		// The flock is tried under the mutex, and every other flock of
+		// the lock file taken for a moment (a losing TryAcquire's, the
+		// sweep's) or dropped on release is too: outside the mutex only
+		// holders have it. A free flock then means that the grant's
+		// holder is gone, and a grant made here has the flock from its
+		// first moment, so that its holder's death is seen before its
+		// first beat.
+		defer func() {
+			if !granted {
+				_ = fd.Close()
+			}
+		}()
+		got, err := tryFlock(fd)
+		if err != nil {
+			return err
+		}
 		if got && !sameFile(fd) {
 			// The file was swept or its directory removed after we
 			// opened it: its flock excludes nobody.
@@ -82,10 +97,16 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 			flocked: got,
 			pid:     os.Getpid(),
 		}
-		return s.writeInPlace(spath, next.encode())
+		if err := s.writeInPlace(spath, next.encode()); err != nil {
+			return err
+		}
+		granted = true
+		return nil
 	})
+	if !ran {
+		_ = fd.Close() // the mutex was not had
+	}
 	if err != nil || busy {
-		_ = fd.Close()
 		if busy {
 			return nil, lock.ErrNotAcquired
 		}
@@ -103,31 +124,42 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 }
 
 // Inspect implements [lock.Locker]: key is held when its grant is
-// unexpired and its holder beat within the time it declared.
+// unexpired, its holder beat within the time it declared, and its process
+// lives (a grant with the flock whose flock is free has none).
 func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
-	var st state
+	h := hashName(key)
+	var (
+		st   state
+		gone bool
+	)
 	err := s.withMutex(ctx, func() error {
 		var err error
-		st, err = readState(filepath.Join(s.lockDir(), hashName(key)+".state"))
+		st, err = readState(filepath.Join(s.lockDir(), h+".state"))
+		if err == nil && st.flocked {
+			gone, err = flockFree(filepath.Join(s.lockDir(), h+".lock"))
+		}
 		return err
 	})
 	if err != nil {
 		return false, 0, &lock.BackendError{Op: "inspect", Err: err}
 	}
 	now := nowMicro()
-	if !st.granted(now) || now-st.beat > st.dead {
+	if !st.granted(now) || now-st.beat > st.dead || gone {
 		return false, 0, nil
 	}
 	return true, time.Duration(st.expires-now) * time.Microsecond, nil
 }
 
 // Release implements [lock.Holder]: it clears key's grant if token holds
-// it and drops the grant's flock. It wakes nobody: the pipeline notifies
+// it and drops the grant's flock, under the mutex. It wakes nobody: the pipeline notifies
 // after a release.
 func (s *Shared) Release(ctx context.Context, key, token string) error {
 	spath := filepath.Join(s.lockDir(), hashName(key)+".state")
 	held := false
 	err := s.withMutex(ctx, func() error {
+		// The flock goes under the mutex (see TryAcquire), after the
+		// state no longer names this grant.
+		defer s.dropHeld(token)
 		st, err := readState(spath)
 		if err != nil {
 			return err
@@ -139,10 +171,10 @@ func (s *Shared) Release(ctx context.Context, key, token string) error {
 		st.token, st.flocked, st.pid = "", false, 0
 		return s.writeInPlace(spath, st.encode())
 	})
+	s.dropHeld(token) // if the mutex was not had
 	if err != nil {
 		return &lock.BackendError{Op: "release", Err: err}
 	}
-	s.dropHeld(token)
 	if !held {
 		return lock.ErrNotHeld
 	}
@@ -164,6 +196,7 @@ func (s *Shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		now := nowMicro()
 		if st.token != token || !st.granted(now) {
 			lost = true
+			s.dropHeld(token) // under the mutex, as in Release
 			return nil
 		}
 		st.expires, st.beat = now+ttl.Microseconds(), now
@@ -176,10 +209,24 @@ func (s *Shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		return &lock.BackendError{Op: "extend", Err: err}
 	}
 	if lost {
-		s.dropHeld(token)
 		return lock.ErrNotHeld
 	}
 	return nil
+}
+
+// flockFree reports whether nobody has the flock of the lock file at
+// lpath (or there is no such file), taking it for a moment: called under
+// the mutex, like every other flock that is not a holder's.
+func flockFree(lpath string) (bool, error) {
+	f, err := os.Open(lpath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	return tryFlock(f)
 }
 
 // upgrade tries to take the lock file's flock for the grant of token,
