@@ -134,6 +134,8 @@ func childMain(role string) int {
 		err = childPipeline(cfg)
 	case "race":
 		err = childRace(cfg)
+	case "getter":
+		err = childGetter(cfg)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

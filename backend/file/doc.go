@@ -85,10 +85,16 @@
 //
 // # Waking
 //
-// On Linux, one inotify watch per opened namespace on its e/ directory
-// delivers notes as they are written and announcements as they are
-// renamed into place. On
-// other systems the directory is polled every [Options.Poll]. When the
+// On Linux, one inotify instance per opened namespace watches its e/
+// directory, which delivers notes as they are written and announcements
+// as they are renamed into place, and its l/ directory: a lock file is
+// opened for writing only by its holder, so its close (IN_CLOSE_WRITE)
+// is a holder gone, released or dead (the kernel closes a dead process's
+// files and drops their flocks), and wakes the key's subscribers at once;
+// waiters need not wait for their poll to take a crashed holder's lock
+// over. On other systems the e/ directory is polled every
+// [Options.Poll], and a crashed holder is found at the waiters' next
+// poll. When the
 // watch has to be set up again (the directory was deleted, the kernel's
 // event queue overflowed), every subscriber is woken and every watcher's
 // onReset is called. The pipeline's own poll stays the safety net.

@@ -28,45 +28,25 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 		return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
 	}
 	h := hashName(key)
-	lpath := filepath.Join(s.lockDir(), h+".lock")
+	lpath := filepath.Join(s.lockDir(), h+lockSuffix)
 	spath := filepath.Join(s.lockDir(), h+".state")
-	fd, err := s.openCreate(lpath, os.O_RDWR)
-	if err != nil {
-		return nil, &lock.BackendError{Op: "acquire", Err: err}
-	}
 	beat := max(min(s.heartbeat, lease/3), time.Millisecond)
 	tok := randHex(16)
 	var (
+		fd       *os.File
 		fence    int64
 		tookOver bool
 		busy     bool
-		granted  bool
-		ran      bool
 	)
-	err = s.withMutex(ctx, func() error {
-		ran = true
-		// The flock is tried under the mutex, and every other flock of
-		// the lock file taken for a moment (a losing TryAcquire's, the
-		// sweep's) or dropped on release is too: outside the mutex only
-		// holders have it. A free flock then means that the grant's
-		// holder is gone, and a grant made here has the flock from its
-		// first moment, so that its holder's death is seen before its
-		// first beat.
-		defer func() {
-			if !granted {
-				_ = fd.Close()
-			}
-		}()
-		got, err := tryFlock(fd)
-		if err != nil {
-			return err
-		}
-		if got && !sameFile(fd) {
-			// The file was swept or its directory removed after we
-			// opened it: its flock excludes nobody.
-			_ = unflock(fd)
-			got = false
-		}
+	// The flock is taken under the mutex, and every other flock of a lock
+	// file is taken for a moment (flockFree, the sweep) or dropped (a
+	// release) under it too: outside the mutex only holders have one. A
+	// free flock is then a holder gone, and a grant has its flock from
+	// its first moment, so that its holder's death is seen before its
+	// first beat. Only a grant opens the lock file for writing: the
+	// kernel's closing it, when the holder dies, wakes the key's
+	// waiters (see watch_linux.go).
+	err := s.withMutex(ctx, func() error {
 		st, err := readState(spath)
 		if err != nil {
 			return err
@@ -75,37 +55,45 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 		switch {
 		case st.foreign:
 			tookOver = true
+		case st.granted(now) && now-st.beat > st.dead:
+			tookOver = true // it missed two beats
+		case st.granted(now) && !st.flocked:
+			busy = true // it proves it lives by its beats alone
+			return nil
 		case st.granted(now):
-			if !(st.flocked && got) && now-st.beat <= st.dead {
-				busy = true
-				return nil
+			gone, err := flockFree(lpath)
+			if err != nil || !gone {
+				busy = err == nil
+				return err
 			}
-			// Its process is gone (its flock with it), or it missed two
-			// beats.
-			tookOver = true
+			tookOver = true // its process is gone, its flock with it
 		}
-		fence, err = s.nextFenceLocked(key, st)
+		fd, err = s.openCreate(lpath, os.O_RDWR)
 		if err != nil {
 			return err
 		}
-		next := state{
-			token:   tok,
-			fence:   fence,
-			expires: now + lease.Microseconds(),
-			beat:    now,
-			dead:    2 * beat.Microseconds(),
-			flocked: got,
-			pid:     os.Getpid(),
+		got, err := takeFlock(fd)
+		if err == nil {
+			fence, err = s.nextFenceLocked(key, st)
 		}
-		if err := s.writeInPlace(spath, next.encode()); err != nil {
-			return err
+		if err == nil {
+			next := state{
+				token:   tok,
+				fence:   fence,
+				expires: now + lease.Microseconds(),
+				beat:    now,
+				dead:    2 * beat.Microseconds(),
+				flocked: got,
+				pid:     os.Getpid(),
+			}
+			err = s.writeInPlace(spath, next.encode())
 		}
-		granted = true
-		return nil
+		if err != nil {
+			_ = fd.Close()
+			fd = nil
+		}
+		return err
 	})
-	if !ran {
-		_ = fd.Close() // the mutex was not had
-	}
 	if err != nil || busy {
 		if busy {
 			return nil, lock.ErrNotAcquired
@@ -123,6 +111,22 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 	}), nil
 }
 
+// takeFlock tries, under the mutex, for the flock of a grant's lock file
+// fd. It reports false when a holder whose grant was taken over still has
+// it, or when the file was swept or its directory removed after fd was
+// opened (its flock would exclude nobody).
+func takeFlock(fd *os.File) (bool, error) {
+	got, err := tryFlock(fd)
+	if err != nil || !got {
+		return false, err
+	}
+	if !sameFile(fd) {
+		_ = unflock(fd)
+		return false, nil
+	}
+	return true, nil
+}
+
 // Inspect implements [lock.Locker]: key is held when its grant is
 // unexpired, its holder beat within the time it declared, and its process
 // lives (a grant with the flock whose flock is free has none).
@@ -136,7 +140,7 @@ func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 		var err error
 		st, err = readState(filepath.Join(s.lockDir(), h+".state"))
 		if err == nil && st.flocked {
-			gone, err = flockFree(filepath.Join(s.lockDir(), h+".lock"))
+			gone, err = flockFree(filepath.Join(s.lockDir(), h+lockSuffix))
 		}
 		return err
 	})
@@ -201,7 +205,7 @@ func (s *Shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		}
 		st.expires, st.beat = now+ttl.Microseconds(), now
 		if !st.flocked {
-			st.flocked = s.upgrade(token, filepath.Join(s.lockDir(), h+".lock"))
+			st.flocked = s.upgrade(token, filepath.Join(s.lockDir(), h+lockSuffix))
 		}
 		return s.writeInPlace(spath, st.encode())
 	})

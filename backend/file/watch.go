@@ -23,6 +23,7 @@ type watcher struct {
 const (
 	noteSuffix     = ".note"
 	announcePrefix = "a-"
+	lockSuffix     = ".lock"
 )
 
 // Notify implements [resilience.Shared]: it writes key's note file, which
@@ -112,19 +113,14 @@ func (s *Shared) startWatchLocked() {
 	go s.watchLoop(src)
 }
 
-// dispatch handles a file renamed into the event directory.
+// dispatch handles a file renamed into, or written in, the event
+// directory, and a lock file closed by its holder (on Linux).
 func (s *Shared) dispatch(name string) {
 	switch {
 	case strings.HasSuffix(name, noteSuffix):
-		h := strings.TrimSuffix(name, noteSuffix)
-		s.subMu.Lock()
-		for sub := range s.subs[h] {
-			select {
-			case sub.ch <- struct{}{}:
-			default:
-			}
-		}
-		s.subMu.Unlock()
+		s.wake(strings.TrimSuffix(name, noteSuffix))
+	case strings.HasSuffix(name, lockSuffix):
+		s.wake(strings.TrimSuffix(name, lockSuffix))
 	case strings.HasPrefix(name, announcePrefix):
 		b, err := os.ReadFile(filepath.Join(s.eventDir(), name))
 		if err != nil {
@@ -138,6 +134,18 @@ func (s *Shared) dispatch(name string) {
 			w.onWrite(key, origin)
 		}
 	}
+}
+
+// wake signals the subscribers of the key whose hash is h.
+func (s *Shared) wake(h string) {
+	s.subMu.Lock()
+	for sub := range s.subs[h] {
+		select {
+		case sub.ch <- struct{}{}:
+		default:
+		}
+	}
+	s.subMu.Unlock()
 }
 
 func decodeAnnouncement(b []byte) (key, origin string, err error) {
