@@ -155,8 +155,9 @@ func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 }
 
 // Release implements [lock.Holder]: it clears key's grant if token holds
-// it and drops the grant's flock, under the mutex. It wakes nobody: the pipeline notifies
-// after a release.
+// it and drops the grant's flock, under the mutex. It wakes nobody but
+// the waiters that the lock file's close wakes (on Linux): the pipeline
+// notifies after a release.
 func (s *Shared) Release(ctx context.Context, key, token string) error {
 	spath := filepath.Join(s.lockDir(), hashName(key)+".state")
 	held := false
