@@ -90,9 +90,10 @@
 // as they are renamed into place, and its l/ directory: a lock file is
 // opened for writing only by its holder, so its close (IN_CLOSE_WRITE)
 // is a holder gone, released or dead (the kernel closes a dead process's
-// files and drops their flocks), and wakes the key's subscribers at once;
-// waiters need not wait for their poll to take a crashed holder's lock
-// over. On other systems the e/ directory is polled every
+// files and drops their flocks). If the key's state still names a grant
+// (a release clears it first, and its note wakes the waiters), the holder
+// died, and the key's subscribers are woken at once: waiters need not
+// wait for their poll to take a crashed holder's lock over. On other systems the e/ directory is polled every
 // [Options.Poll], and a crashed holder is found at the waiters' next
 // poll. When the
 // watch has to be set up again (the directory was deleted, the kernel's

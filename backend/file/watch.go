@@ -120,7 +120,9 @@ func (s *Shared) dispatch(name string) {
 	case strings.HasSuffix(name, noteSuffix):
 		s.wake(strings.TrimSuffix(name, noteSuffix))
 	case strings.HasSuffix(name, lockSuffix):
-		s.wake(strings.TrimSuffix(name, lockSuffix))
+		if h := strings.TrimSuffix(name, lockSuffix); s.hasSubscribers(h) && s.holderDied(h) {
+			s.wake(h)
+		}
 	case strings.HasPrefix(name, announcePrefix):
 		b, err := os.ReadFile(filepath.Join(s.eventDir(), name))
 		if err != nil {
@@ -134,6 +136,24 @@ func (s *Shared) dispatch(name string) {
 			w.onWrite(key, origin)
 		}
 	}
+}
+
+// hasSubscribers reports whether the key whose hash is h has subscribers.
+func (s *Shared) hasSubscribers(h string) bool {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	return len(s.subs[h]) > 0
+}
+
+// holderDied reports whether the closing of the lock file of the key
+// whose hash is h, by its holder, was a death rather than a release: its
+// state still names a grant (a release clears it before the close, and
+// its waiters are woken by the note that follows). The state is read
+// without the mutex: a torn read is taken for a death, which costs the
+// waiters a look.
+func (s *Shared) holderDied(h string) bool {
+	st, err := readState(filepath.Join(s.lockDir(), h+".state"))
+	return err != nil || st.foreign || st.token != ""
 }
 
 // wake signals the subscribers of the key whose hash is h.
