@@ -132,6 +132,10 @@ func childMain(role string) int {
 		err = childWaker(cfg)
 	case "pipeline":
 		err = childPipeline(cfg)
+	case "race":
+		err = childRace(cfg)
+	case "getter":
+		err = childGetter(cfg)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

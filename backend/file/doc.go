@@ -40,8 +40,14 @@
 // crash in the middle leaves a torn state, which the next TryAcquire
 // takes over).
 //
-// TryAcquire takes the lock file's flock without waiting, then reads the
-// state under the mutex:
+// TryAcquire takes the lock file's flock without waiting and reads the
+// state, both under the mutex. Every flock of a lock file that is not a
+// holder's (a losing TryAcquire's, the sweep's, Inspect's) is taken and
+// dropped under the mutex, and a holder drops its own there too, so a
+// lock file's flock is free outside the mutex unless a holder has it: a
+// grant made on a free lock has the flock from its first moment, and its
+// holder's death is seen at once, before its first beat as after it. The
+// state then decides:
 //
 //   - no unexpired grant: the lock is free, it is granted;
 //   - a grant whose holder had the flock, and the flock was free: the
@@ -52,7 +58,8 @@
 //     lock is taken over by rewriting the state with a new token, although
 //     the old holder may still have the flock. The new holder then proves
 //     it lives by its beats alone, and picks the flock up at a later beat
-//     once the old holder lets it go;
+//     once the old holder lets it go (until then, were it to crash, it
+//     would be taken over two of its beats after its last one);
 //   - otherwise a live holder has it: [lock.ErrNotAcquired].
 //
 // A holder whose grant was replaced finds out at its next beat, Save or
@@ -78,10 +85,17 @@
 //
 // # Waking
 //
-// On Linux, one inotify watch per opened namespace on its e/ directory
-// delivers notes as they are written and announcements as they are
-// renamed into place. On
-// other systems the directory is polled every [Options.Poll]. When the
+// On Linux, one inotify instance per opened namespace watches its e/
+// directory, which delivers notes as they are written and announcements
+// as they are renamed into place, and its l/ directory: a lock file is
+// opened for writing only by its holder, so its close (IN_CLOSE_WRITE)
+// is a holder gone, released or dead (the kernel closes a dead process's
+// files and drops their flocks). If the key's state still names a grant
+// (a release clears it first, and its note wakes the waiters), the holder
+// died, and the key's subscribers are woken at once: waiters need not
+// wait for their poll to take a crashed holder's lock over. On other systems the e/ directory is polled every
+// [Options.Poll], and a crashed holder is found at the waiters' next
+// poll. When the
 // watch has to be set up again (the directory was deleted, the kernel's
 // event queue overflowed), every subscriber is woken and every watcher's
 // onReset is called. The pipeline's own poll stays the safety net.

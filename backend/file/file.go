@@ -326,8 +326,8 @@ func (s *Shared) Ping(ctx context.Context) error {
 }
 
 // Close stops the view's watcher and sweeper and drops the flocks of the
-// grants it still holds (their state stays, so their holders can be taken
-// over after two beats). It does not remove the directory.
+// grants it still holds (their state stays, and the next TryAcquire takes
+// each over, as a crashed holder's). It does not remove the directory.
 func (s *Shared) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -27,31 +28,25 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 		return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
 	}
 	h := hashName(key)
-	lpath := filepath.Join(s.lockDir(), h+".lock")
+	lpath := filepath.Join(s.lockDir(), h+lockSuffix)
 	spath := filepath.Join(s.lockDir(), h+".state")
-	fd, err := s.openCreate(lpath, os.O_RDWR)
-	if err != nil {
-		return nil, &lock.BackendError{Op: "acquire", Err: err}
-	}
-	got, err := tryFlock(fd)
-	if err != nil {
-		_ = fd.Close()
-		return nil, &lock.BackendError{Op: "acquire", Err: err}
-	}
 	beat := max(min(s.heartbeat, lease/3), time.Millisecond)
 	tok := randHex(16)
 	var (
+		fd       *os.File
 		fence    int64
 		tookOver bool
 		busy     bool
 	)
-	err = s.withMutex(ctx, func() error {
-		if got && !sameFile(fd) {
-			// The file was swept or its directory removed after we
-			// opened it: its flock excludes nobody.
-			_ = unflock(fd)
-			got = false
-		}
+	// The flock is taken under the mutex, and every other flock of a lock
+	// file is taken for a moment (flockFree, the sweep) or dropped (a
+	// release) under it too: outside the mutex only holders have one. A
+	// free flock is then a holder gone, and a grant has its flock from
+	// its first moment, so that its holder's death is seen before its
+	// first beat. Only a grant opens the lock file for writing: the
+	// kernel's closing it, when the holder dies, wakes the key's
+	// waiters (see watch_linux.go).
+	err := s.withMutex(ctx, func() error {
 		st, err := readState(spath)
 		if err != nil {
 			return err
@@ -60,32 +55,46 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 		switch {
 		case st.foreign:
 			tookOver = true
+		case st.granted(now) && now-st.beat > st.dead:
+			tookOver = true // it missed two beats
+		case st.granted(now) && !st.flocked:
+			busy = true // it proves it lives by its beats alone
+			return nil
 		case st.granted(now):
-			if !(st.flocked && got) && now-st.beat <= st.dead {
-				busy = true
-				return nil
+			gone, err := flockFree(lpath)
+			if err != nil || !gone {
+				busy = err == nil
+				return err
 			}
-			// Its process is gone (its flock with it), or it missed two
-			// beats.
-			tookOver = true
+			tookOver = true // its process is gone, its flock with it
 		}
-		fence, err = s.nextFenceLocked(key, st)
+		fd, err = s.openCreate(lpath, os.O_RDWR)
 		if err != nil {
 			return err
 		}
-		next := state{
-			token:   tok,
-			fence:   fence,
-			expires: now + lease.Microseconds(),
-			beat:    now,
-			dead:    2 * beat.Microseconds(),
-			flocked: got,
-			pid:     os.Getpid(),
+		got, err := takeFlock(fd)
+		if err == nil {
+			fence, err = s.nextFenceLocked(key, st)
 		}
-		return s.writeInPlace(spath, next.encode())
+		if err == nil {
+			next := state{
+				token:   tok,
+				fence:   fence,
+				expires: now + lease.Microseconds(),
+				beat:    now,
+				dead:    2 * beat.Microseconds(),
+				flocked: got,
+				pid:     os.Getpid(),
+			}
+			err = s.writeInPlace(spath, next.encode())
+		}
+		if err != nil {
+			_ = fd.Close()
+			fd = nil
+		}
+		return err
 	})
 	if err != nil || busy {
-		_ = fd.Close()
 		if busy {
 			return nil, lock.ErrNotAcquired
 		}
@@ -102,32 +111,60 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 	}), nil
 }
 
+// takeFlock tries, under the mutex, for the flock of a grant's lock file
+// fd. It reports false when a holder whose grant was taken over still has
+// it, or when the file was swept or its directory removed after fd was
+// opened (its flock would exclude nobody).
+func takeFlock(fd *os.File) (bool, error) {
+	got, err := tryFlock(fd)
+	if err != nil || !got {
+		return false, err
+	}
+	if !sameFile(fd) {
+		_ = unflock(fd)
+		return false, nil
+	}
+	return true, nil
+}
+
 // Inspect implements [lock.Locker]: key is held when its grant is
-// unexpired and its holder beat within the time it declared.
+// unexpired, its holder beat within the time it declared, and its process
+// lives (a grant with the flock whose flock is free has none).
 func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
-	var st state
+	h := hashName(key)
+	var (
+		st   state
+		gone bool
+	)
 	err := s.withMutex(ctx, func() error {
 		var err error
-		st, err = readState(filepath.Join(s.lockDir(), hashName(key)+".state"))
+		st, err = readState(filepath.Join(s.lockDir(), h+".state"))
+		if err == nil && st.flocked {
+			gone, err = flockFree(filepath.Join(s.lockDir(), h+lockSuffix))
+		}
 		return err
 	})
 	if err != nil {
 		return false, 0, &lock.BackendError{Op: "inspect", Err: err}
 	}
 	now := nowMicro()
-	if !st.granted(now) || now-st.beat > st.dead {
+	if !st.granted(now) || now-st.beat > st.dead || gone {
 		return false, 0, nil
 	}
 	return true, time.Duration(st.expires-now) * time.Microsecond, nil
 }
 
 // Release implements [lock.Holder]: it clears key's grant if token holds
-// it and drops the grant's flock. It wakes nobody: the pipeline notifies
-// after a release.
+// it and drops the grant's flock, under the mutex. It wakes nobody but
+// the waiters that the lock file's close wakes (on Linux): the pipeline
+// notifies after a release.
 func (s *Shared) Release(ctx context.Context, key, token string) error {
 	spath := filepath.Join(s.lockDir(), hashName(key)+".state")
 	held := false
 	err := s.withMutex(ctx, func() error {
+		// The flock goes under the mutex (see TryAcquire), after the
+		// state no longer names this grant.
+		defer s.dropHeld(token)
 		st, err := readState(spath)
 		if err != nil {
 			return err
@@ -139,10 +176,10 @@ func (s *Shared) Release(ctx context.Context, key, token string) error {
 		st.token, st.flocked, st.pid = "", false, 0
 		return s.writeInPlace(spath, st.encode())
 	})
+	s.dropHeld(token) // if the mutex was not had
 	if err != nil {
 		return &lock.BackendError{Op: "release", Err: err}
 	}
-	s.dropHeld(token)
 	if !held {
 		return lock.ErrNotHeld
 	}
@@ -164,11 +201,12 @@ func (s *Shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		now := nowMicro()
 		if st.token != token || !st.granted(now) {
 			lost = true
+			s.dropHeld(token) // under the mutex, as in Release
 			return nil
 		}
 		st.expires, st.beat = now+ttl.Microseconds(), now
 		if !st.flocked {
-			st.flocked = s.upgrade(token, filepath.Join(s.lockDir(), h+".lock"))
+			st.flocked = s.upgrade(token, filepath.Join(s.lockDir(), h+lockSuffix))
 		}
 		return s.writeInPlace(spath, st.encode())
 	})
@@ -176,10 +214,24 @@ func (s *Shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		return &lock.BackendError{Op: "extend", Err: err}
 	}
 	if lost {
-		s.dropHeld(token)
 		return lock.ErrNotHeld
 	}
 	return nil
+}
+
+// flockFree reports whether nobody has the flock of the lock file at
+// lpath (or there is no such file), taking it for a moment: called under
+// the mutex, like every other flock that is not a holder's.
+func flockFree(lpath string) (bool, error) {
+	f, err := os.Open(lpath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	return tryFlock(f)
 }
 
 // upgrade tries to take the lock file's flock for the grant of token,

@@ -43,6 +43,9 @@ func TestTakeoverOfKilledHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = c.cmd.Process.Wait() // the kernel has dropped its flocks
+	if held, _, err := s.Inspect(ctx, "k"); err != nil || held {
+		t.Fatalf("Inspect after the holder was killed = %v, %v; want not held", held, err)
+	}
 	l, err := s.TryAcquire(ctx, "k", time.Minute)
 	if err != nil {
 		t.Fatalf("TryAcquire after the holder was killed = %v; want an immediate takeover", err)

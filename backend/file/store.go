@@ -85,6 +85,7 @@ func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 				return err
 			}
 			if st.token != w.Token || !st.granted(now.UnixMicro()) {
+				s.dropHeld(w.Token) // under the mutex (see TryAcquire)
 				return cache.ErrLockLost
 			}
 		}
@@ -113,19 +114,16 @@ func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 			if err := s.writeInPlace(spath, st.encode()); err != nil {
 				return err
 			}
+			s.dropHeld(w.Token) // under the mutex (see TryAcquire)
 			released = true
 		}
 		return nil
 	})
 	if errors.Is(err, cache.ErrLockLost) {
-		s.dropHeld(w.Token)
 		return false, fmt.Errorf("file: save %q: %w", key, cache.ErrLockLost)
 	}
 	if err != nil {
 		return false, fmt.Errorf("file: save %q: %w", key, err)
-	}
-	if released {
-		s.dropHeld(w.Token)
 	}
 	if released || (stored && w.Token == "") {
 		_ = s.Notify(ctx, key)

@@ -64,13 +64,13 @@ func (s *Shared) sweep(period time.Duration) {
 			return
 		}
 		spath := filepath.Join(s.lockDir(), name)
-		lpath := filepath.Join(s.lockDir(), h+".lock")
+		lpath := filepath.Join(s.lockDir(), h+lockSuffix)
 		s.locked(func() error {
 			st, err := readState(spath)
 			if err != nil || st.granted(nowMicro()) {
 				return nil
 			}
-			f, err := os.OpenFile(lpath, os.O_RDWR, 0)
+			f, err := os.Open(lpath) // read-only: its close wakes nobody
 			if err == nil {
 				defer f.Close()
 				if ok, err := tryFlock(f); err != nil || !ok {

@@ -23,6 +23,7 @@ type watcher struct {
 const (
 	noteSuffix     = ".note"
 	announcePrefix = "a-"
+	lockSuffix     = ".lock"
 )
 
 // Notify implements [resilience.Shared]: it writes key's note file, which
@@ -112,19 +113,16 @@ func (s *Shared) startWatchLocked() {
 	go s.watchLoop(src)
 }
 
-// dispatch handles a file renamed into the event directory.
+// dispatch handles a file renamed into, or written in, the event
+// directory, and a lock file closed by its holder (on Linux).
 func (s *Shared) dispatch(name string) {
 	switch {
 	case strings.HasSuffix(name, noteSuffix):
-		h := strings.TrimSuffix(name, noteSuffix)
-		s.subMu.Lock()
-		for sub := range s.subs[h] {
-			select {
-			case sub.ch <- struct{}{}:
-			default:
-			}
+		s.wake(strings.TrimSuffix(name, noteSuffix))
+	case strings.HasSuffix(name, lockSuffix):
+		if h := strings.TrimSuffix(name, lockSuffix); s.hasSubscribers(h) && s.holderDied(h) {
+			s.wake(h)
 		}
-		s.subMu.Unlock()
 	case strings.HasPrefix(name, announcePrefix):
 		b, err := os.ReadFile(filepath.Join(s.eventDir(), name))
 		if err != nil {
@@ -138,6 +136,36 @@ func (s *Shared) dispatch(name string) {
 			w.onWrite(key, origin)
 		}
 	}
+}
+
+// hasSubscribers reports whether the key whose hash is h has subscribers.
+func (s *Shared) hasSubscribers(h string) bool {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	return len(s.subs[h]) > 0
+}
+
+// holderDied reports whether the closing of the lock file of the key
+// whose hash is h, by its holder, was a death rather than a release: its
+// state still names a grant (a release clears it before the close, and
+// its waiters are woken by the note that follows). The state is read
+// without the mutex: a torn read is taken for a death, which costs the
+// waiters a look.
+func (s *Shared) holderDied(h string) bool {
+	st, err := readState(filepath.Join(s.lockDir(), h+".state"))
+	return err != nil || st.foreign || st.token != ""
+}
+
+// wake signals the subscribers of the key whose hash is h.
+func (s *Shared) wake(h string) {
+	s.subMu.Lock()
+	for sub := range s.subs[h] {
+		select {
+		case sub.ch <- struct{}{}:
+		default:
+		}
+	}
+	s.subMu.Unlock()
 }
 
 func decodeAnnouncement(b []byte) (key, origin string, err error) {

@@ -13,9 +13,13 @@ import (
 // forcePoll makes views poll instead of using inotify (tests).
 var forcePoll = false
 
-const watchMask = syscall.IN_MOVED_TO | syscall.IN_CLOSE_WRITE | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_ONLYDIR
+const (
+	watchMask = syscall.IN_MOVED_TO | syscall.IN_CLOSE_WRITE | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_ONLYDIR
+	lockMask  = syscall.IN_CLOSE_WRITE | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_ONLYDIR
+)
 
-// inotifyWatch is an inotify instance watching the event directory.
+// inotifyWatch is an inotify instance watching the event and lock
+// directories.
 type inotifyWatch struct{ f *os.File }
 
 // arm sets up the inotify watch of the event directory (or, polling, takes
@@ -39,6 +43,14 @@ func (s *Shared) newInotify() (*inotifyWatch, error) {
 	}
 	_ = s.mkdirs()
 	if _, err := syscall.InotifyAddWatch(fd, s.eventDir(), watchMask); err != nil {
+		_ = syscall.Close(fd)
+		return nil, err
+	}
+	// The lock directory's closes: a lock file is opened for writing only
+	// by its holder, so its IN_CLOSE_WRITE is a holder gone (released, or
+	// dead: the kernel closes a dead process's files and drops their
+	// flocks). The state files' writes come too, and are ignored.
+	if _, err := syscall.InotifyAddWatch(fd, s.lockDir(), lockMask); err != nil {
 		_ = syscall.Close(fd)
 		return nil, err
 	}
