@@ -113,7 +113,7 @@ type RedisOptions struct {
 	// extension of a held lock never go through it. Ignored when
 	// SharedBreaker is set.
 	// default: opens when half the operations of the last 10 seconds
-	// failed (at least 20 of them), stays open 5 seconds, one probe.
+	// failed (at least 20 of them), stays open 1 second, one probe.
 	Breaker breaker.Settings
 	// SharedBreaker, if not nil, is used instead of a breaker of the
 	// pipeline's own, so that pipelines on one Redis learn together that
