@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -523,5 +524,61 @@ func TestBackend_build_openFails(t *testing.T) {
 	p, err := resilience.New[string]("x").Cache(time.Minute).Backend(refusing{}).Build()
 	if p != nil || !errors.Is(err, errRefused) {
 		t.Fatalf("Build = %v, %v; want Open's error", p, err)
+	}
+}
+
+// systemView is a view with a System name.
+type systemView struct {
+	resilience.Shared
+	system string
+}
+
+func (v systemView) System() string { return v.system }
+
+// systemBackend opens its backend's views with a System name.
+type systemBackend struct {
+	resilience.Backend
+	system string
+}
+
+func (b systemBackend) Open(s resilience.BackendScope) (resilience.Shared, error) {
+	v, err := b.Backend.Open(s)
+	if err != nil {
+		return nil, err
+	}
+	return systemView{Shared: v, system: b.system}, nil
+}
+
+// Check on a backend that does not answer names the backend it checked,
+// by its System name when it has one, and never Redis.
+func TestCheck_backendDown_namesTheBackend(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backend func(*failing) resilience.Backend
+		want    string
+	}{
+		{"with System", func(f *failing) resilience.Backend { return systemBackend{Backend: f, system: "memory"} }, "memory check: "},
+		{"without System", func(f *failing) resilience.Backend { return f }, "backend check: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &failing{}
+			p := buildOver(t, overMemory("chk", tc.backend(f)))
+			if err := p.Check(context.Background()); err != nil {
+				t.Fatalf("Check of a working backend = %v", err)
+			}
+			f.down.Store(true)
+			err := p.Check(context.Background())
+			var ce *resilience.CheckError
+			if !errors.As(err, &ce) || !errors.Is(err, errDown) {
+				t.Fatalf("Check of a failing backend = %v, want a *CheckError wrapping %v", err, errDown)
+			}
+			msg := err.Error()
+			if want := `resilience: pipeline "chk": ` + tc.want + "the backend does not answer: " + errDown.Error(); msg != want {
+				t.Errorf("Check says %q, want %q", msg, want)
+			}
+			if strings.Contains(msg, "Redis") || strings.Contains(msg, `""`) {
+				t.Errorf("Check says %q: names Redis or an empty name", msg)
+			}
+		})
 	}
 }

@@ -48,8 +48,11 @@ const (
 	DefaultLockHeartbeat = time.Second
 	// DefaultRedisTimeout bounds each Redis operation.
 	DefaultRedisTimeout = 200 * time.Millisecond
-	// DefaultRedisOpenTimeout is how long the Redis breaker stays open.
-	DefaultRedisOpenTimeout = 5 * time.Second
+	// DefaultRedisOpenTimeout is how long the Redis breaker stays open
+	// before it lets one probe through: a failed Redis costs one operation
+	// a second, and a Redis that is back (restarted, or a Cluster replica
+	// promoted) serves again within about a second.
+	DefaultRedisOpenTimeout = time.Second
 	// DefaultRedisFailureRatio opens the Redis breaker when half the
 	// operations of the last 10 seconds failed, from 20 operations on.
 	DefaultRedisFailureRatio = 0.5
@@ -110,7 +113,7 @@ type RedisOptions struct {
 	// extension of a held lock never go through it. Ignored when
 	// SharedBreaker is set.
 	// default: opens when half the operations of the last 10 seconds
-	// failed (at least 20 of them), stays open 5 seconds, one probe.
+	// failed (at least 20 of them), stays open 1 second, one probe.
 	Breaker breaker.Settings
 	// SharedBreaker, if not nil, is used instead of a breaker of the
 	// pipeline's own, so that pipelines on one Redis learn together that

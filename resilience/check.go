@@ -20,9 +20,13 @@ type checkTarget struct {
 }
 
 // CheckError is what [Pipeline.Check] found wrong with the pipeline's
-// Redis. It never names a key.
+// Redis or [Backend]. It never names a key.
 type CheckError struct {
 	Pipeline string
+	// Backend names what was checked: "Redis", or a Backend's System
+	// name ("postgresql", "file"), or "backend" for one without a System
+	// method. Empty means "Redis".
+	Backend string
 	// Missing lists what the Redis user may not do, one entry per command
 	// or access ("PUBLISH on the announcement channel", "access to the
 	// pipeline's keys"); empty when Redis did not answer or refused the
@@ -35,7 +39,11 @@ type CheckError struct {
 }
 
 func (e *CheckError) Error() string {
-	msg := fmt.Sprintf("resilience: pipeline %q: Redis check: %s", e.Pipeline, e.Problem)
+	checked := e.Backend
+	if checked == "" {
+		checked = redisName
+	}
+	msg := fmt.Sprintf("resilience: pipeline %q: %s check: %s", e.Pipeline, checked, e.Problem)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
@@ -43,6 +51,18 @@ func (e *CheckError) Error() string {
 }
 
 func (e *CheckError) Unwrap() error { return e.Err }
+
+// redisName is CheckError.Backend for Redis.
+const redisName = "Redis"
+
+// backendName is what a [Backend]'s view is called in a [*CheckError]:
+// its System name, or "backend".
+func backendName(sh Shared) string {
+	if s, ok := sh.(interface{ System() string }); ok && s.System() != "" {
+		return s.System()
+	}
+	return "backend"
+}
 
 // probeKey is the cache key whose Redis keys the check names in its
 // permission probes. No value is ever read or written there: the probes
@@ -125,9 +145,10 @@ func (t checkTarget) probes(ks rkey.Space) []probe {
 // Check writes nothing to Redis and does not go through the Redis
 // breaker. It returns nil for a pipeline without Redis (the embedded
 // default). With a [Builder.Backend], Check is the backend's Ping, and a
-// failure is a [*CheckError] wrapping its error. The commands inside the scripts are checked with
-// redis.acl_check_cmd, which Redis has from 7.0; older servers are
-// checked for the commands the client sends only.
+// failure is a [*CheckError] that names the backend and wraps its error.
+// The commands inside the scripts are checked with redis.acl_check_cmd,
+// which Redis has from 7.0; older servers are checked for the commands the
+// client sends only.
 func (p *Pipeline[V]) Check(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -138,7 +159,7 @@ func (p *Pipeline[V]) Check(ctx context.Context) error {
 	if p.shared != nil {
 		// A backend checks itself: its Ping.
 		if err := p.shared.Ping(ctx); err != nil {
-			return &CheckError{Pipeline: p.name, Problem: "the backend does not answer", Err: err}
+			return &CheckError{Pipeline: p.name, Backend: backendName(p.shared), Problem: "the backend does not answer", Err: err}
 		}
 		return nil
 	}
@@ -147,7 +168,7 @@ func (p *Pipeline[V]) Check(ctx context.Context) error {
 	}
 	t := p.redisGuard.check
 	fail := func(problem string, err error, missing ...string) error {
-		return &CheckError{Pipeline: p.name, Problem: problem, Err: err, Missing: missing}
+		return &CheckError{Pipeline: p.name, Backend: redisName, Problem: problem, Err: err, Missing: missing}
 	}
 	ks, err := rkey.New(t.prefix, p.name)
 	if err != nil {
@@ -207,7 +228,7 @@ func checkSubscribe(ctx context.Context, client redis.UniversalClient, channel s
 // checkReplyError explains the error of the check script's EVALSHA or
 // EVAL.
 func checkReplyError(pipeline, prefix string, err error) error {
-	e := &CheckError{Pipeline: pipeline, Err: err}
+	e := &CheckError{Pipeline: pipeline, Backend: redisName, Err: err}
 	var re redis.Error
 	switch {
 	case !errors.As(err, &re) || errors.Is(err, redis.ErrClosed):

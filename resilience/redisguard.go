@@ -25,7 +25,8 @@ type redisGuard struct {
 	br        *breaker.Breaker
 	opTimeout time.Duration
 	deadline  bool
-	check     checkTarget // what Check looks at
+	check     checkTarget   // what Check looks at
+	slots     *slotReloader // a Cluster client's slot map reload; nil otherwise
 }
 
 // guard runs one Redis operation through g. A nil g (the embedded
@@ -57,6 +58,7 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 		}
 		switch classify(ctx, err) {
 		case errInfra:
+			g.slots.failed()
 			return err
 		case errCanceled:
 			return breaker.Ignore
@@ -64,6 +66,7 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 		return nil // a reply: Redis answered
 	})
 	if !ran {
+		g.slots.failed()
 		var zero T
 		return zero, refused
 	}
@@ -90,7 +93,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	if err != nil {
 		return err
 	}
-	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout,
+	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout, slots: newSlotReloader(c.redis),
 		check: checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}}
 	// The cache and the lock send their commands through one batcher,
 	// whose own timeout is the operation timeout: guard leaves it to the

@@ -94,7 +94,11 @@ func (s *shared) Close() error {
 // Ping checks that the database answers through the pool.
 func (s *shared) Ping(ctx context.Context) error {
 	if err := s.b.pool.Ping(ctx); err != nil {
-		return s.storeErr(ctx, "ping", "", err)
+		s.b.lost(err)
+		if cerr := ctxErr(ctx); cerr != nil {
+			err = cerr
+		}
+		return fmt.Errorf("postgres: ping: %w", err) // no key to name
 	}
 	return nil
 }

@@ -131,12 +131,10 @@ func newClient(cfg podConfig) redis.UniversalClient {
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName,
 			SentinelAddrs: cfg.Sentinel, ContextTimeoutEnabled: true})
 	case len(cfg.Cluster) > 0:
-		// go-redis reloads its slot map on MOVED or every
-		// ClusterStateReloadInterval (default: a minute), not when a
-		// master stops answering; reloading often is how a client finds
-		// a promoted replica within seconds.
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster,
-			ClusterStateReloadInterval: 250 * time.Millisecond, ContextTimeoutEnabled: true})
+		// go-redis's default ClusterStateReloadInterval (a minute): the
+		// pipeline makes the client reload its slot map when a master
+		// stops answering.
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster, ContextTimeoutEnabled: true})
 	}
 	return redis.NewClient(&redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: true})
 }

@@ -1,0 +1,81 @@
+package resilience
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// slotReloadEvery is the least time between two reloads of a Redis
+// Cluster client's slot map that [slotReloader] asks for: the slot map is
+// at most this much older than the first failure after a failover, and a
+// client whose commands all fail asks its cluster for the map five times a
+// second at most (go-redis coalesces the reloads it is asked for, one at a
+// time).
+const slotReloadEvery = 200 * time.Millisecond
+
+// stateReloader is what [slotReloader] needs of a Redis Cluster client:
+// [*redis.ClusterClient] has it; a single-node or Sentinel client has not.
+type stateReloader interface {
+	ReloadState(ctx context.Context)
+}
+
+var _ stateReloader = (*redis.ClusterClient)(nil)
+
+// slotReloader makes a Redis Cluster client reload its slot map when the
+// pipeline's Redis operations fail or the Redis breaker refuses them.
+//
+// go-redis reloads the map on a MOVED reply, or when it is older than
+// ClusterStateReloadInterval (a minute by default). A master that dies
+// sends no MOVED: until the map is reloaded, every command for its slots
+// goes to the dead address, long after its replica has been promoted. The
+// pipeline sees the failures first, so it asks for the reload, at most
+// once per slotReloadEvery; the half-open probe of the Redis breaker then
+// finds the new master, and locking and L2 come back within about the
+// breaker's OpenTimeout of the promotion, whatever the client's reload
+// interval. The reload runs in go-redis's background goroutine; asking for
+// it never blocks the caller.
+//
+// A nil *slotReloader (a client that is not a cluster) does nothing. It is
+// safe for concurrent use.
+type slotReloader struct {
+	client stateReloader
+	// last is when a reload was last asked for, in nanoseconds since
+	// start; 0 before the first.
+	last  atomic.Int64
+	start time.Time
+}
+
+// newSlotReloader returns the reloader of client, or nil when client
+// cannot reload a slot map (it is not a Redis Cluster client).
+func newSlotReloader(client redis.UniversalClient) *slotReloader {
+	c, ok := client.(stateReloader)
+	if !ok || isNil(c) {
+		return nil
+	}
+	return &slotReloader{client: c, start: time.Now()}
+}
+
+// failed tells r that a Redis operation failed or was refused by the
+// breaker: it asks the client to reload its slot map, unless it asked less
+// than slotReloadEvery ago.
+func (r *slotReloader) failed() {
+	if r == nil {
+		return
+	}
+	// Offset by one, so that a first call at start still counts as after
+	// the zero value of last.
+	now := int64(time.Since(r.start)) + 1
+	last := r.last.Load()
+	if last != 0 && now-last < int64(slotReloadEvery) {
+		return
+	}
+	if !r.last.CompareAndSwap(last, now) {
+		return // another caller asks for this reload
+	}
+	// ReloadState only starts (or queues) go-redis's own reload, which
+	// runs on a context of its own: ctx is not used.
+	r.client.ReloadState(context.Background())
+}
