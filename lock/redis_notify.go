@@ -189,13 +189,16 @@ func (n *RedisNotifier) listen(ps *redis.PubSub) (confirmed bool) {
 	}
 }
 
-// confirm records a subscription confirmation.
+// confirm records a subscription confirmation. The hook runs first, so
+// that whoever sees Subscribed (or Ready) return sees what the hook did:
+// after a re-subscription, the pipeline's L1 already dropped.
 func (n *RedisNotifier) confirm() {
+	n.confirmations++
+	n.confirmed(n.confirmations)
 	n.live.Store(true)
-	if n.confirmations++; n.confirmations == 1 {
+	if n.confirmations == 1 {
 		close(n.ready)
 	}
-	n.confirmed(n.confirmations)
 }
 
 // isTimeout reports whether err is a read that found nothing in time.
