@@ -66,7 +66,8 @@ type RedisNotifier struct {
 // Redis one command per interval of silence (none while announcements
 // flow), and its reply comes back on the subscription's own connection,
 // which is what must be shown alive: the pool's connections answering
-// says nothing about it. A dead subscription is thus found at most
+// says nothing about it, and a heartbeat published on the channel would
+// reach every process that subscribes to it. A dead subscription is thus found at most
 // NotifierDeadAfter after its last byte; subscribing again then takes a
 // backoff wait (from 100 ms, doubling, jittered, at most a second) and a
 // round trip.
