@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/rkey"
@@ -18,14 +20,35 @@ import (
 //
 // Each RedisNotifier holds one Redis subscription, however many keys its
 // subscribers wait for, so make one per process per pipeline and share it.
-// go-redis re-subscribes by itself after a broken connection; announcements
-// published meanwhile are lost, which is why waiters also poll. The owner
-// must call [RedisNotifier.Close]. RedisNotifier is safe for concurrent use.
+// The subscription is checked for liveness: after [NotifierPingInterval]
+// without a byte from Redis the notifier sends a PING on it, and after
+// [NotifierDeadAfter] without one it takes the connection for dead (a
+// link that stopped carrying bytes without closing, which TCP itself
+// notices only minutes later), closes it and subscribes again on a new
+// one, as it does after a broken connection. Announcements published
+// while it was down are lost, which is why waiters also poll. The owner
+// must call [RedisNotifier.Close]. RedisNotifier is safe for concurrent
+// use.
 type RedisNotifier struct {
 	client  redis.UniversalClient
 	channel string
-	ps      *redis.PubSub
 	f       fanout
+
+	// ctx is ended by Close: it stops the receive goroutine's dials and
+	// waits.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex    // guards ps and closed
+	ps     *redis.PubSub // the current subscription's, for Close to end
+	closed bool
+
+	// live is set while the current connection's subscription is
+	// confirmed and has not gone silent; see Subscribed.
+	live atomic.Bool
+	// confirmations counts subscription confirmations; the receive
+	// goroutine's alone.
+	confirmations int
 
 	// ready is closed by the receive goroutine on the first subscription
 	// confirmation.
@@ -33,15 +56,38 @@ type RedisNotifier struct {
 	// done is closed when the receive goroutine has returned.
 	done chan struct{}
 
-	closeOnce sync.Once // guards closing ps
+	closeOnce sync.Once // guards closeErr
 	closeErr  error
 
 	hooks atomic.Pointer[NotifierHooks] // see SetHooks
 }
 
-// NewRedisNotifier subscribes to the announcement channel of o.Namespace
-// and starts the goroutine that delivers its messages; [RedisNotifier.Close]
-// stops it. It does not wait for Redis: use [RedisNotifier.Ready] to.
+// The liveness check of a [RedisNotifier]'s subscription. A PING costs
+// Redis one command per interval of silence (none while announcements
+// flow), and its reply comes back on the subscription's own connection,
+// which is what must be shown alive: the pool's connections answering
+// says nothing about it, and a heartbeat published on the channel would
+// reach every process that subscribes to it. A dead subscription is thus found at most
+// NotifierDeadAfter after its last byte; subscribing again then takes a
+// backoff wait (from 100 ms, doubling, jittered, at most a second) and a
+// round trip.
+const (
+	// NotifierPingInterval is how long the subscription may be silent
+	// before the notifier pings Redis on it: a second.
+	NotifierPingInterval = time.Second
+	// NotifierDeadAfter is how long the subscription may be silent, pings
+	// included, before the notifier takes it for dead and subscribes on a
+	// new connection: three seconds (two pings unanswered).
+	NotifierDeadAfter = 3 * NotifierPingInterval
+)
+
+// errSilent ends a subscription that carried no byte for NotifierDeadAfter.
+var errSilent = errors.New("lock: subscription silent")
+
+// NewRedisNotifier starts the goroutine that subscribes to the
+// announcement channel of o.Namespace, checks the subscription and
+// delivers its messages; [RedisNotifier.Close] stops it. It does not wait
+// for Redis: use [RedisNotifier.Ready] to.
 func NewRedisNotifier(client redis.UniversalClient, o RedisOptions) (*RedisNotifier, error) {
 	if client == nil {
 		return nil, errors.New("lock: redis client is nil")
@@ -56,33 +102,122 @@ func NewRedisNotifier(client redis.UniversalClient, o RedisOptions) (*RedisNotif
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	// Subscribe sends SUBSCRIBE now if it can (bounded by the client's dial
-	// and write timeouts); if Redis is unreachable, the channel below keeps
-	// reconnecting and subscribes when Redis comes back.
-	n.ps = client.Subscribe(context.Background(), n.channel)
-	msgs := n.ps.ChannelWithSubscriptions()
-	// The receive goroutine ends when Close closes the PubSub, which
-	// closes msgs.
-	go n.receive(msgs)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	// The receive goroutine ends when Close ends ctx and the current
+	// subscription.
+	go n.run()
 	return n, nil
 }
 
-func (n *RedisNotifier) receive(msgs <-chan any) {
+// run subscribes, listens until the subscription fails or goes silent,
+// and subscribes again on a new connection, until Close.
+func (n *RedisNotifier) run() {
 	defer close(n.done)
-	confirmations := 0
-	for m := range msgs {
+	bo := resubscribeBackOff()
+	for {
+		// No channel yet: this makes no connection, so the PubSub is
+		// known to Close before any I/O that Close must interrupt.
+		ps := n.client.Subscribe(n.ctx)
+		if !n.use(ps) {
+			_ = ps.Close()
+			return
+		}
+		heard := n.listen(ps)
+		n.live.Store(false)
+		_ = ps.Close()
+		if heard {
+			bo.Reset()
+		}
+		t := time.NewTimer(bo.NextBackOff())
+		select {
+		case <-t.C:
+		case <-n.ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// use makes ps the current subscription; it reports false if the
+// notifier is closed.
+func (n *RedisNotifier) use(ps *redis.PubSub) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.ps = ps
+	return true
+}
+
+// listen subscribes on ps and delivers what it hears until the
+// connection fails, goes silent for NotifierDeadAfter, or Close ends it.
+// It reports whether the subscription was confirmed.
+//
+// ReceiveTimeout bounds each read by the ping interval; a read that times
+// out leaves the connection open (go-redis keeps it on a timeout), and a
+// reply split by a timeout would show as a protocol error, which ends the
+// subscription like any other failure.
+func (n *RedisNotifier) listen(ps *redis.PubSub) (confirmed bool) {
+	if err := ps.Subscribe(n.ctx, n.channel); err != nil {
+		return false
+	}
+	var silent time.Duration
+	for {
+		m, err := ps.ReceiveTimeout(n.ctx, NotifierPingInterval)
+		switch {
+		case err != nil && isTimeout(err) && n.ctx.Err() == nil:
+			if silent += NotifierPingInterval; silent >= NotifierDeadAfter {
+				return confirmed
+			}
+			if ps.Ping(n.ctx) != nil {
+				return confirmed
+			}
+			continue
+		case err != nil:
+			return confirmed
+		}
+		silent = 0
 		switch m := m.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				if confirmations++; confirmations == 1 {
-					close(n.ready)
-				}
-				n.confirmed(confirmations)
+				confirmed = true
+				n.confirm()
 			}
 		case *redis.Message:
 			n.f.deliver(n.message(m.Payload))
 		}
 	}
+}
+
+// confirm records a subscription confirmation. The hook runs first, so
+// that whoever sees Subscribed (or Ready) return sees what the hook did:
+// after a re-subscription, the pipeline's L1 already dropped.
+func (n *RedisNotifier) confirm() {
+	n.confirmations++
+	n.confirmed(n.confirmations)
+	n.live.Store(true)
+	if n.confirmations == 1 {
+		close(n.ready)
+	}
+}
+
+// isTimeout reports whether err is a read that found nothing in time.
+func isTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// resubscribeBackOff paces subscriptions that fail or go silent without
+// a confirmation: from 100 ms, doubling, jittered, up to a second.
+func resubscribeBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMaxInterval(time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
 }
 
 // Ready waits until Redis has confirmed the subscription, so that
@@ -99,21 +234,17 @@ func (n *RedisNotifier) Ready(ctx context.Context) error {
 	}
 }
 
-// Subscribed reports whether Redis has confirmed the subscription (once;
-// go-redis re-subscribes by itself after a broken connection) and the
-// notifier is not closed.
+// Subscribed reports whether the subscription is up now: Redis confirmed
+// it on the current connection, which has not failed nor gone silent
+// for [NotifierDeadAfter], and the notifier is not closed. While it is
+// false, announcements are not heard.
 func (n *RedisNotifier) Subscribed() bool {
 	select {
 	case <-n.done:
 		return false
 	default:
 	}
-	select {
-	case <-n.ready:
-		return true
-	default:
-		return false
-	}
+	return n.live.Load()
 }
 
 // Notify publishes key on the namespace's channel. A Redis failure is a
@@ -147,7 +278,18 @@ func (n *RedisNotifier) SubscribeSince(key string, mark uint64) (<-chan struct{}
 // return. Closing twice returns the first result.
 func (n *RedisNotifier) Close() error {
 	n.closeOnce.Do(func() {
-		n.closeErr = n.ps.Close()
+		n.cancel()
+		n.mu.Lock()
+		n.closed = true
+		ps := n.ps
+		n.mu.Unlock()
+		if ps != nil {
+			// Ends a read in progress; the receive goroutine closes it
+			// too (a second close is harmless).
+			if err := ps.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+				n.closeErr = err
+			}
+		}
 		<-n.done
 	})
 	return n.closeErr

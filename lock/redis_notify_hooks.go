@@ -19,10 +19,11 @@ type NotifierHooks struct {
 	// OnWrite is called for each write heard, before the key's waiters
 	// are woken.
 	OnWrite func(Write)
-	// OnSubscribed is called each time Redis confirms the subscription:
-	// n is 1 the first time, and counts up with every re-subscription
-	// after a lost connection (go-redis re-subscribes by itself), after
-	// which announcements published while the link was down are lost.
+	// OnSubscribed is called each time Redis confirms the subscription,
+	// before Subscribed reports it up: n is 1 the first time, and counts
+	// up with every re-subscription after a lost or silent connection
+	// (see [RedisNotifier]), after which announcements published while
+	// the link was down are lost.
 	OnSubscribed func(n int)
 }
 

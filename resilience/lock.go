@@ -231,6 +231,13 @@ func (p *Pipeline[V]) sharedGet(ctx context.Context, key string) (cache.Entry[V]
 // was taken before it: the subscription hears of every announcement since,
 // so until an announcement or a poll tick there is nothing new to look at,
 // and the first look costs no Redis command.
+//
+// An announcement whose look finds no fresh value and the lock still held
+// told nothing (forged, or a write that landed no value): announcements
+// then do not wake the waiter again before the next poll tick, whose look
+// covers them. A flood of such announcements thus costs at most one look
+// per poll interval, not one per message; a true one after a false one
+// waits for the tick at worst.
 func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, mark uint64) error {
 	woken, unsubscribe, lookNow := p.subscribe(key, mark)
 	defer unsubscribe()
@@ -318,12 +325,23 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			}
 			return p.loadAndStore(ctx, key, load, nil, o)
 		}
+		// Still waiting after an announcement: it told nothing, so the
+		// next wake-up is the poll's (see above).
+		wake := woken
+		if announced {
+			wake = nil
+		}
 		t := time.NewTimer(min(bo.NextBackOff(), left))
 		announced = false
 		select {
-		case <-woken:
+		case <-wake:
 			announced = true
 		case <-t.C:
+			// The poll's look covers what was announced before it.
+			select {
+			case <-woken:
+			default:
+			}
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()

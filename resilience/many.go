@@ -691,17 +691,26 @@ func (p *Pipeline[V]) lookMany(ctx context.Context, keys []string) ([]lock.Look,
 // for as the safety net. A look that takes the lock (its holder died or
 // gave up) loads that key; a live holder is waited for up to MaxWait, then
 // the keys still waited for are loaded without the lock. Keys that come
-// due together are loaded in one loader call.
+// due together are loaded in one loader call. A key whose announcement
+// the look found false (still held, no value) is not woken by its
+// announcements again before the next poll, as in await.
 func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[string]<-chan struct{}, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) {
 	bo := p.pollBackOff()
 	pending := slices.Clone(keys)
 	// Announced since the look: look again at once.
 	woken := drainWoken(pending, subs, -1)
+	polled := false
+	quiet := map[string]bool{} // keys heard again only after the next poll
 	for len(pending) > 0 {
 		if len(woken) > 0 {
 			pending = p.lookAgain(ctx, woken, pending, load, outs, start)
 			if ctx.Err() != nil {
 				break
+			}
+			if !polled {
+				for _, k := range woken {
+					quiet[k] = slices.Contains(pending, k)
+				}
 			}
 		}
 		if len(pending) == 0 {
@@ -722,17 +731,24 @@ func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[str
 		cases = append(cases,
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)},
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		listening := make([]string, 0, len(pending))
 		for _, k := range pending {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(subs[k])})
+			if !quiet[k] {
+				listening = append(listening, k)
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(subs[k])})
+			}
 		}
 		chosen, _, _ := reflect.Select(cases)
 		t.Stop()
+		polled = chosen == 0
 		switch chosen {
-		case 0: // the poll: look at every key
+		case 0: // the poll: look at every key; it covers what was announced
+			drainWoken(pending, subs, -1)
+			clear(quiet)
 			woken = slices.Clone(pending)
 		case 1:
 		default:
-			woken = drainWoken(pending, subs, chosen-2)
+			woken = drainWoken(listening, subs, chosen-2)
 		}
 	}
 	if err := ctx.Err(); err != nil {

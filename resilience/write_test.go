@@ -234,7 +234,7 @@ func TestInvalidate_redis_loadAfterwardsIsStored(t *testing.T) {
 // invalidates a key it holds drops its L1 when its subscription comes
 // back.
 func TestReconnect_dropsL1(t *testing.T) {
-	// Longer than go-redis's 3 s subscription health check.
+	// Longer than the notifier's liveness bound (lock.NotifierDeadAfter).
 	const cutFor = 4 * time.Second
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())

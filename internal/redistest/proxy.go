@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -13,18 +14,22 @@ import (
 const proxyDialTimeout = time.Second
 
 // Proxy is a TCP proxy on a free loopback port in front of one server: a
-// network link that a test can cut, restore and slow down. Give each
-// client (each pod) its own Proxy to fault that client's link alone.
+// network link that a test can cut, black-hole, restore and slow down.
+// Give each client (each pod) its own Proxy to fault that client's link
+// alone.
 //
 // While the link is cut, the proxy holds new connections open without
-// forwarding a byte (a blackhole: the dial succeeds, no reply ever comes),
-// as a partitioned network does. Its methods are safe for concurrent use.
+// forwarding a byte (the dial succeeds, no reply ever comes), as a
+// partitioned network does. While it is black-holed (see
+// [Proxy.Blackhole]), even the open connections stay open and carry
+// nothing. Its methods are safe for concurrent use.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
 	mu     sync.Mutex // guards the fields below
 	cut    bool
+	black  bool // see Blackhole
 	delay  time.Duration
 	links  map[*link]struct{} // forwarding connections
 	held   map[net.Conn]struct{}
@@ -38,6 +43,9 @@ type Proxy struct {
 type link struct {
 	client, server net.Conn
 	once           sync.Once
+	// dead is set when the link fell into a black hole: its pumps read
+	// and drop every byte from then on.
+	dead atomic.Bool
 }
 
 func (l *link) close() {
@@ -98,11 +106,29 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore mends the link: connections held during the cut are closed (so
+// Blackhole makes the link drop every byte, in each direction, without
+// closing anything: the connections open now stay open and silent for
+// good (as when a firewall or NAT on the path lost its state, which
+// neither end hears of), and new connections are accepted, reach the
+// target, and carry nothing either, until [Proxy.Restore]. Only a client
+// that checks its connections for liveness (a read timeout, a ping it
+// expects an answer to) finds out; writes into the hole succeed.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.black = true
+	for l := range p.links {
+		l.dead.Store(true)
+	}
+}
+
+// Restore mends the link: connections held during a cut are closed (so
 // that their clients notice and dial again) and new ones are forwarded.
+// Connections that fell into a black hole stay silent until their client
+// closes them: only a new connection carries bytes again.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
-	p.cut = false
+	p.cut, p.black = false, false
 	held := p.held
 	p.held = map[net.Conn]struct{}{}
 	p.mu.Unlock()
@@ -156,6 +182,7 @@ func (p *Proxy) connect(c net.Conn) {
 		l.close()
 		return
 	}
+	l.dead.Store(p.black)
 	p.links[l] = struct{}{}
 	p.wg.Add(2)
 	p.mu.Unlock()
@@ -165,14 +192,15 @@ func (p *Proxy) connect(c net.Conn) {
 	go p.pump(l, l.client, l.server)
 }
 
-// pump copies from src to dst, holding each chunk for the current delay.
+// pump copies from src to dst, holding each chunk for the current delay,
+// and drops what it reads once the link is dead.
 func (p *Proxy) pump(l *link, dst io.Writer, src io.Reader) {
 	defer p.wg.Done()
 	defer p.forget(l)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
+		if n > 0 && !l.dead.Load() {
 			if !p.wait() {
 				return
 			}

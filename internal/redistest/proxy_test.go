@@ -1,7 +1,10 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -92,5 +95,54 @@ func TestProxy_closeEndsConnections(t *testing.T) {
 	}
 	if err := c.Ping(ctx).Err(); err == nil {
 		t.Fatal("PING after the proxy closed succeeded")
+	}
+}
+
+// pingConn writes a PING on c and reads the reply, waiting at most wait.
+func pingConn(c net.Conn, wait time.Duration) (string, error) {
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return "", err
+	}
+	if err := c.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return line, err
+}
+
+func TestProxy_blackhole(t *testing.T) {
+	s := Start(t)
+	p := StartProxy(t, s.Addr())
+	dial := func() net.Conn {
+		c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	old := dial()
+	if got, err := pingConn(old, 5*time.Second); err != nil || got != "+PONG\r\n" {
+		t.Fatalf("PING through the proxy = %q, %v", got, err)
+	}
+	p.Blackhole()
+	silent := func(c net.Conn, what string) {
+		t.Helper()
+		// The write goes into the hole without an error; no reply comes,
+		// yet the connection is not closed: the read times out.
+		got, err := pingConn(c, 300*time.Millisecond)
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("PING on %s = %q, %v; want a read timeout on an open connection", what, got, err)
+		}
+	}
+	silent(old, "a connection opened before Blackhole")
+	during := dial()
+	silent(during, "a connection opened in the black hole")
+	p.Restore()
+	silent(old, "a connection that fell into the hole, after Restore")
+	silent(during, "a connection opened in the hole, after Restore")
+	if got, err := pingConn(dial(), 5*time.Second); err != nil || got != "+PONG\r\n" {
+		t.Fatalf("PING on a new connection after Restore = %q, %v", got, err)
 	}
 }

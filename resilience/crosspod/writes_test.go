@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/herdguard/herdguard/internal/redistest"
 )
 
 // writesTTL is the pods' Cache ttl in the write tests, and so their L1
@@ -286,41 +288,62 @@ func TestWrites_loadInFlightCannotWriteBack(t *testing.T) {
 // serves its L1 copy meanwhile; once the link is back and its
 // subscription confirmed again, it drops its L1.
 func TestWrites_cutPodDropsL1OnReconnect(t *testing.T) {
+	linkFaultDropsL1(t, "cut", (*redistest.Proxy).Cut, time.Minute)
+}
+
+// TestWrites_blackholedPodDropsL1OnHeal is the same with pod 3's link
+// black-holed instead: its connections stay open and carry nothing, so
+// only the notifier's liveness check finds its subscription dead. Once
+// the link heals, pod 3 subscribes again on a new connection within
+// seconds (lock.NotifierDeadAfter, then a backoff of at most a second)
+// and drops its L1, long before the copy's L1TTL would have ended it.
+func TestWrites_blackholedPodDropsL1OnHeal(t *testing.T) {
+	linkFaultDropsL1(t, "hole", (*redistest.Proxy).Blackhole, writesTTL/2)
+}
+
+// linkFaultDropsL1 faults pod 3's link while pod 0 invalidates a key
+// every pod holds, checks that pod 3 serves its L1 copies meanwhile, and
+// that within bound of the link's return it dropped its whole L1.
+func linkFaultDropsL1(t *testing.T, name string, fault func(*redistest.Proxy), bound time.Duration) {
 	const pods = 4
 	srv, admin := startRedis(t)
 	specs := make([]podSpec, pods)
 	for i := range specs {
 		specs[i] = podSpec{TTL: writesTTL, Proxy: i == pods-1}
 	}
-	f := startFleet(t, newName("cut"), target{Addr: srv.Addr()}, specs...)
+	f := startFleet(t, newName(name), target{Addr: srv.Addr()}, specs...)
 	ctx, cancel := context.WithTimeout(context.Background(), resultBound)
 	defer cancel()
 	f.waitSubscribed(ctx, admin, pods)
-	keys := []string{"cut-a", "cut-b"}
+	keys := []string{name + "-a", name + "-b"}
 	olds := f.fill(keys)
-	cut := f.pod(pods - 1).proxy
+	link := f.pod(pods - 1).proxy
 	watch := f.watch(1, keys[:1], olds[:1])
-	cut.Cut()
+	fault(link)
 	wrote := f.written(0, "inval", keys[0], "")
 	f.gone(watch, 1, time.Minute) // a pod with its link heard it
 	// Pod 3 heard nothing: its L1 still answers with the old values.
 	time.Sleep(200 * time.Millisecond)
 	for j, k := range keys {
 		if v := f.peek(pods-1, k); v != olds[j] {
-			t.Fatalf("pod %d with its link cut: %q = %q, want its L1 copy %s", pods-1, k, v, olds[j])
+			t.Fatalf("pod %d with its link faulted (%s): %q = %q, want its L1 copy %s", pods-1, name, k, v, olds[j])
 		}
 	}
 	// The invalidated key: its L1 copy goes when the subscription is
-	// back (cut-b's stays valid in Redis, so a Peek still returns it).
+	// back (the other key's stays valid in Redis, so a Peek still
+	// returns it).
 	id := f.watch(pods-1, keys[:1], olds[:1])
 	restored := time.Now()
-	cut.Restore()
+	link.Restore()
 	d := f.gone(id, 1, time.Minute)[keys[0]].Sub(restored)
+	if d > bound {
+		t.Fatalf("pod %d served the invalidated key %v after its link (%s) was restored, want within %v", pods-1, d.Round(time.Millisecond), name, bound)
+	}
 	f.afterWrite("inval", keys[0], "", wrote)
 	if r := f.get1(pods-1, keys[1]); r.Value != olds[1] || r.Source != "l2" {
 		t.Fatalf("pod %d after re-subscribing: %q = %+v, want %s read again from l2", pods-1, keys[1], r, olds[1])
 	}
-	t.Logf("FIGURES link cut during an Invalidate: the cut pod stopped serving the invalidated key %v after the link was restored (and had dropped its whole L1)", d.Round(time.Millisecond))
+	t.Logf("FIGURES link %s during an Invalidate: the faulted pod stopped serving the invalidated key %v after the link was restored (and had dropped its whole L1)", name, d.Round(time.Millisecond))
 }
 
 // TestWrites_redisRestartDropsL1: Redis restarts (losing its data); every
