@@ -83,7 +83,7 @@ func (c *coder[V]) encode(op, key string, e Entry[V], fence int64) (raw []byte, 
 	}
 	ttl = time.Until(until)
 	if ttl <= 0 {
-		return nil, until, 0, fmt.Errorf("cache: %s %q: %w", op, key, ErrExpiredEntry)
+		return nil, until, 0, fmt.Errorf("cache: %s: %w", op, ErrExpiredEntry)
 	}
 	env := envelope{
 		notFound:     e.NotFound,
@@ -95,7 +95,7 @@ func (c *coder[V]) encode(op, key string, e Entry[V], fence int64) (raw []byte, 
 	}
 	if !e.NotFound {
 		if env.payload, err = c.marshal(e.Value); err != nil {
-			return nil, until, 0, fmt.Errorf("cache: %s %q: %w", op, key, err)
+			return nil, until, 0, fmt.Errorf("cache: %s: %w", op, err)
 		}
 	}
 	return c.seal(key, encodeEnvelope(env)), until, ttl, nil

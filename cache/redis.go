@@ -118,7 +118,7 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 		r.corrupt(key, fmt.Errorf("%w: value key holds the wrong type", errEnvelope))
 		return Entry[V]{}, Miss, nil
 	case err != nil:
-		return Entry[V]{}, Miss, fmt.Errorf("cache: get %q: %w", key, err)
+		return Entry[V]{}, Miss, fmt.Errorf("cache: get: %w", err)
 	}
 	e, f := r.Decode(key, raw)
 	return e, f, nil
@@ -154,7 +154,7 @@ func (r *Redis[V]) Set(ctx context.Context, key string, e Entry[V]) (stored bool
 // release and announcement.
 func (r *Redis[V]) setHeld(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
-		return false, fmt.Errorf("cache: set %q: empty lock token", key)
+		return false, errors.New("cache: set: empty lock token")
 	}
 	return r.set(ctx, key, e, token, false)
 }
@@ -172,7 +172,7 @@ func (r *Redis[V]) setHeld(ctx context.Context, key string, e Entry[V], token st
 // told it is released (lock's Lease.Forget) so that its watchdog stops.
 func (r *Redis[V]) Commit(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
-		return false, fmt.Errorf("cache: commit %q: empty lock token", key)
+		return false, errors.New("cache: commit: empty lock token")
 	}
 	return r.set(ctx, key, e, token, true)
 }
@@ -185,9 +185,9 @@ func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string
 	n, err := setScript.Run(ctx, r.client, []string{args[1].(string), args[2].(string)}, args[3:]...).Int()
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("cache: set %q: %w", key, err)
+		return false, fmt.Errorf("cache: set: %w", err)
 	case n < 0:
-		return false, fmt.Errorf("cache: set %q: %w", key, ErrLockLost)
+		return false, fmt.Errorf("cache: set: %w", ErrLockLost)
 	}
 	return n == 1, nil
 }
@@ -195,7 +195,7 @@ func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string
 // Delete removes key's entry. Deleting a missing key is not an error.
 func (r *Redis[V]) Delete(ctx context.Context, key string) error {
 	if err := r.client.Del(ctx, r.keys.Value(key)).Err(); err != nil {
-		return fmt.Errorf("cache: delete %q: %w", key, err)
+		return fmt.Errorf("cache: delete: %w", err)
 	}
 	return nil
 }

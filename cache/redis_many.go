@@ -38,7 +38,7 @@ func (r *Redis[V]) GetMany(ctx context.Context, keys []string) ([]Got[V], error)
 			r.corrupt(k, fmt.Errorf("%w: value key holds the wrong type", errEnvelope))
 			out[i].Freshness = Miss
 		case err != nil:
-			out[i].Err = fmt.Errorf("cache: get %q: %w", k, err)
+			out[i].Err = fmt.Errorf("cache: get: %w", err)
 		default:
 			out[i].Entry, out[i].Freshness = r.Decode(k, raw)
 		}
@@ -90,9 +90,9 @@ func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, e
 		n, err := c.(*redis.Cmd).Int()
 		switch {
 		case err != nil:
-			out[i].Err = fmt.Errorf("cache: set %q: %w", writes[i].Key, err)
+			out[i].Err = fmt.Errorf("cache: set: %w", err)
 		case n < 0:
-			out[i].Err = fmt.Errorf("cache: set %q: %w", writes[i].Key, ErrLockLost)
+			out[i].Err = fmt.Errorf("cache: set: %w", ErrLockLost)
 		default:
 			out[i].Stored = n == 1
 		}
@@ -104,10 +104,10 @@ func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, e
 // numkeys, then the two keys (strings), then the arguments.
 func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) ([]any, error) {
 	if e.Fence < 0 {
-		return nil, fmt.Errorf("cache: set %q: negative fence %d", key, e.Fence)
+		return nil, fmt.Errorf("cache: set: negative fence %d", e.Fence)
 	}
 	if release && token == "" {
-		return nil, fmt.Errorf("cache: commit %q: empty lock token", key)
+		return nil, errors.New("cache: commit: empty lock token")
 	}
 	raw, _, ttl, err := r.encode("set", key, e, e.Fence)
 	if err != nil {

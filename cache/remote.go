@@ -66,7 +66,7 @@ func (r *Remote[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, e
 	raw, err := r.store.Load(ctx, key)
 	switch {
 	case err != nil:
-		return Entry[V]{}, Miss, fmt.Errorf("cache: get %q: %w", key, err)
+		return Entry[V]{}, Miss, fmt.Errorf("cache: get: %w", err)
 	case raw == nil:
 		return Entry[V]{}, Miss, nil
 	}
@@ -96,7 +96,7 @@ func (r *Remote[V]) Set(ctx context.Context, key string, e Entry[V]) (stored boo
 // longer holds token.
 func (r *Remote[V]) SetHeld(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
-		return false, fmt.Errorf("cache: set %q: empty lock token", key)
+		return false, errors.New("cache: set: empty lock token")
 	}
 	return r.set(ctx, key, e, token, false)
 }
@@ -106,14 +106,14 @@ func (r *Remote[V]) SetHeld(ctx context.Context, key string, e Entry[V], token s
 // step. The lease object must then be told (lock's Lease.Forget).
 func (r *Remote[V]) Commit(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
-		return false, fmt.Errorf("cache: commit %q: empty lock token", key)
+		return false, errors.New("cache: commit: empty lock token")
 	}
 	return r.set(ctx, key, e, token, true)
 }
 
 func (r *Remote[V]) set(ctx context.Context, key string, e Entry[V], token string, release bool) (bool, error) {
 	if e.Fence < 0 {
-		return false, fmt.Errorf("cache: set %q: negative fence %d", key, e.Fence)
+		return false, fmt.Errorf("cache: set: negative fence %d", e.Fence)
 	}
 	raw, until, _, err := r.encode("set", key, e, e.Fence)
 	if err != nil {
@@ -121,7 +121,7 @@ func (r *Remote[V]) set(ctx context.Context, key string, e Entry[V], token strin
 	}
 	stored, err := r.store.Save(ctx, key, raw, Save{Fence: e.Fence, Token: token, Release: release, Until: until})
 	if err != nil {
-		return false, fmt.Errorf("cache: set %q: %w", key, err)
+		return false, fmt.Errorf("cache: set: %w", err)
 	}
 	return stored, nil
 }
@@ -148,7 +148,7 @@ func (r *Remote[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, 
 	out := make([]Written, len(writes))
 	for i, w := range writes {
 		if w.Release && w.Token == "" {
-			out[i].Err = fmt.Errorf("cache: commit %q: empty lock token", w.Key)
+			out[i].Err = errors.New("cache: commit: empty lock token")
 			continue
 		}
 		out[i].Stored, out[i].Err = r.set(ctx, w.Key, w.Entry, w.Token, w.Release)
@@ -166,14 +166,14 @@ func (r *Remote[V]) Write(ctx context.Context, key string, e Entry[V]) (fence in
 		return 0, err // before a fence is spent
 	}
 	if fence, err = r.store.NextFence(ctx, key, false); err != nil {
-		return 0, fmt.Errorf("cache: write %q: %w", key, err)
+		return 0, fmt.Errorf("cache: write: %w", err)
 	}
 	raw, until, _, err := r.encode("write", key, e, fence)
 	if err != nil {
 		return 0, err
 	}
 	if _, err := r.store.Save(ctx, key, raw, Save{Fence: fence, Until: until}); err != nil {
-		return 0, fmt.Errorf("cache: write %q: %w", key, err)
+		return 0, fmt.Errorf("cache: write: %w", err)
 	}
 	return fence, nil
 }
@@ -185,17 +185,17 @@ func (r *Remote[V]) Write(ctx context.Context, key string, e Entry[V]) (fence in
 // Unlike [Redis.Invalidate] it announces nothing: the caller does.
 func (r *Remote[V]) Invalidate(ctx context.Context, key string, hold time.Duration) (fence int64, err error) {
 	if hold <= 0 {
-		return 0, fmt.Errorf("cache: invalidate %q: hold must be positive", key)
+		return 0, errors.New("cache: invalidate: hold must be positive")
 	}
 	if fence, err = r.store.NextFence(ctx, key, true); err != nil {
-		return 0, fmt.Errorf("cache: invalidate %q: %w", key, err)
+		return 0, fmt.Errorf("cache: invalidate: %w", err)
 	}
 	// An envelope with no expiry and no stale-until: a miss to every
 	// reader, kept by the store for hold.
 	now := time.Now()
 	raw := r.seal(key, encodeEnvelope(envelope{notFound: true, written: now, fence: fence}))
 	if _, err := r.store.Save(ctx, key, raw, Save{Fence: fence, Until: now.Add(hold)}); err != nil {
-		return 0, fmt.Errorf("cache: invalidate %q: %w", key, err)
+		return 0, fmt.Errorf("cache: invalidate: %w", err)
 	}
 	return fence, nil
 }

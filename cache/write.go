@@ -38,12 +38,12 @@ type WriteOptions struct {
 	Hold time.Duration
 }
 
-func (o WriteOptions) check(op, key string) error {
+func (o WriteOptions) check(op string) error {
 	switch {
 	case len(o.Origin) != rkey.OriginLen:
-		return fmt.Errorf("cache: %s %q: origin must be %d bytes", op, key, rkey.OriginLen)
+		return fmt.Errorf("cache: %s: origin must be %d bytes", op, rkey.OriginLen)
 	case o.FenceRetention <= 0:
-		return fmt.Errorf("cache: %s %q: fence retention must be positive", op, key)
+		return fmt.Errorf("cache: %s: fence retention must be positive", op)
 	}
 	return nil
 }
@@ -57,7 +57,7 @@ func (o WriteOptions) check(op, key string) error {
 // [ErrExpiredEntry] if e.StaleUntil has passed, and an error matching
 // [ErrCodec] if the value does not encode.
 func (r *Redis[V]) Write(ctx context.Context, key string, e Entry[V], o WriteOptions) (fence int64, err error) {
-	if err := o.check("write", key); err != nil {
+	if err := o.check("write"); err != nil {
 		return 0, err
 	}
 	raw, _, ttl, err := r.encode("write", key, e, 0)
@@ -71,9 +71,9 @@ func (r *Redis[V]) Write(ctx context.Context, key string, e Entry[V], o WriteOpt
 		rkey.Announcement(rkey.KindSet, o.Origin, key),
 	).Text()
 	if err != nil {
-		return 0, fmt.Errorf("cache: write %q: %w", key, err)
+		return 0, fmt.Errorf("cache: write: %w", err)
 	}
-	return parseFence("write", key, s)
+	return parseFence("write", s)
 }
 
 // Invalidate replaces key's entry with a tombstone, a fence above every
@@ -83,11 +83,11 @@ func (r *Redis[V]) Write(ctx context.Context, key string, e Entry[V], o WriteOpt
 // after it gets a higher fence, so a load that starts after Invalidate
 // writes normally. It returns the tombstone's fence.
 func (r *Redis[V]) Invalidate(ctx context.Context, key string, o WriteOptions) (fence int64, err error) {
-	if err := o.check("invalidate", key); err != nil {
+	if err := o.check("invalidate"); err != nil {
 		return 0, err
 	}
 	if o.Hold <= 0 {
-		return 0, fmt.Errorf("cache: invalidate %q: hold must be positive", key)
+		return 0, errors.New("cache: invalidate: hold must be positive")
 	}
 	s, err := invalidateScript.Run(ctx, r.client,
 		[]string{r.keys.Value(key), r.keys.Lock(key), r.keys.Fence(key)},
@@ -95,15 +95,15 @@ func (r *Redis[V]) Invalidate(ctx context.Context, key string, o WriteOptions) (
 		rkey.Announcement(rkey.KindInvalidate, o.Origin, key),
 	).Text()
 	if err != nil {
-		return 0, fmt.Errorf("cache: invalidate %q: %w", key, err)
+		return 0, fmt.Errorf("cache: invalidate: %w", err)
 	}
-	return parseFence("invalidate", key, s)
+	return parseFence("invalidate", s)
 }
 
-func parseFence(op, key, s string) (int64, error) {
+func parseFence(op, s string) (int64, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("cache: %s %q: %w", op, key, errors.Join(errors.New("bad fence in reply "+strconv.Quote(s)), err))
+		return 0, fmt.Errorf("cache: %s: %w", op, errors.Join(errors.New("bad fence in reply "+strconv.Quote(s)), err))
 	}
 	return n, nil
 }

@@ -6,7 +6,8 @@
 -- heartbeat (Redis server time, milliseconds), s = how long after its last
 -- heartbeat the holder counts as dead (milliseconds, declared by the holder,
 -- so processes with different settings agree on it). The key's expiry is
--- the lease.
+-- the lease, and it bounds the declared dead-after: a lock key without an
+-- expiry was not written by this package and is taken over as foreign.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter of the same cache key
@@ -70,7 +71,13 @@ if kind == 'hash' then
     -- The client retried an acquire whose reply it lost: the grant is ours.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {fence_of(cur[2]), 1, data}
-  elseif cur[1] and beat and dead_after then
+  elseif cur[1] and beat and dead_after and redis.call('PTTL', KEYS[1]) >= 0 then
+    -- A holder is dead dead_after past its last beat, or when the lease
+    -- it set at that beat (the key's expiry) ends, whichever comes first:
+    -- whatever it declares, it holds the lock at most a lease past its
+    -- last beat. A hash without an expiry is foreign (below): this
+    -- package writes none, and one would hold every waiter for as long as
+    -- its dead-after said.
     local age = now_ms - beat
     if age <= dead_after then
       return {0, math.max(age, 0), data}

@@ -19,9 +19,13 @@ var (
 )
 
 // BackendError reports that the lock backend failed, so the outcome of the
-// operation is unknown or it did not happen.
+// operation is unknown or it did not happen. It does not name the key:
+// keys may be secrets (no error of this package names one).
 type BackendError struct {
-	Op  string // "acquire", "release", "extend", "inspect", "notify"
+	// Op is the operation that failed: "acquire", "release", "extend",
+	// "inspect" or "notify".
+	Op string
+	// Err is the backend's error.
 	Err error
 }
 
@@ -104,7 +108,7 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // lock; otherwise it returns [ErrNotHeld].
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl <= 0 {
-		return fmt.Errorf("lock: extend %q: lease must be positive, got %v", l.key, ttl)
+		return fmt.Errorf("lock: extend: lease must be positive, got %v", ttl)
 	}
 	return l.h.extend(ctx, l.key, l.token, ttl)
 }

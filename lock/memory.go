@@ -89,7 +89,7 @@ func checkArgs(key string, lease time.Duration) error {
 		return fmt.Errorf("lock: empty key")
 	}
 	if lease <= 0 {
-		return fmt.Errorf("lock: lease for %q must be positive, got %v", key, lease)
+		return fmt.Errorf("lock: lease must be positive, got %v", lease)
 	}
 	return nil
 }

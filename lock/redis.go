@@ -176,7 +176,9 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 // Redis fails, and an error matching ctx's when ctx ends first. A holder
 // whose last beat is older than it declared is dead: TryAcquire takes the
 // lock over ([Lease.TookOver] reports it). So does a lock key holding
-// data this package did not write.
+// data this package did not write, such as a lock hash without an expiry:
+// whatever dead-after a holder declares, the lease it set at its last
+// beat (the key's expiry) ends its hold.
 //
 // The lease's watchdog beats every [RedisOptions.Heartbeat], or every
 // third of the lease if that is shorter.
@@ -192,7 +194,7 @@ func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration)
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
+		return nil, fmt.Errorf("lock: acquire: %w", err)
 	}
 	l, _, err := r.acquire(ctx, key, lease, 0)
 	return l, err
@@ -210,7 +212,7 @@ func (r *Redis) TryAcquireOrGet(ctx context.Context, key string, lease time.Dura
 		return nil, nil, false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, false, fmt.Errorf("lock: acquire %q: %w", key, err)
+		return nil, nil, false, fmt.Errorf("lock: acquire: %w", err)
 	}
 	ms := max(now.UnixMilli(), 1)
 	l, reply, err := r.acquire(ctx, key, lease, ms)
@@ -327,15 +329,16 @@ func (r *Redis) extend(ctx context.Context, key, token string, lease time.Durati
 }
 
 // failure turns a go-redis error into the context's error, when ctx has
-// ended, or a [*BackendError].
-func failure(ctx context.Context, op, key string, err error) error {
+// ended, or a [*BackendError]. The key (the third argument) stays out of
+// the error: keys may be secrets.
+func failure(ctx context.Context, op, _ string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("lock: %s %q: %w", op, key, cerr)
+		return fmt.Errorf("lock: %s: %w", op, cerr)
 	}
 	// A socket deadline taken from ctx may fire a hair before ctx's own
 	// timer: that is still the caller's deadline, not a backend failure.
 	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return fmt.Errorf("lock: %s %q: %w", op, key, context.DeadlineExceeded)
+		return fmt.Errorf("lock: %s: %w", op, context.DeadlineExceeded)
 	}
 	return &BackendError{Op: op, Err: err}
 }

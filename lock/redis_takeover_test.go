@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -122,6 +123,13 @@ func TestRedisLock_Fence_neverGoesBackwardsWhenRedisLosesKeys(t *testing.T) {
 	}
 }
 
+// plantHolder writes the hash of a holder at key "k" of l that beat just
+// now and declares itself dead deadAfter later, without an expiry.
+func plantHolder(l *Redis, deadAfter time.Duration) error {
+	return rdb.HSet(context.Background(), l.keys.Lock("k"), "t", "forged", "f", 5,
+		"h", time.Now().UnixMilli(), "s", deadAfter.Milliseconds()).Err()
+}
+
 // TestRedisLock_foreignData_boundedHarm writes data this package did not
 // write at the lock and fence keys: every acquire still succeeds at once,
 // with a sound fence, and never sets a lock while returning an error.
@@ -133,6 +141,10 @@ func TestRedisLock_foreignData_boundedHarm(t *testing.T) {
 		{"lock without expiry", func(l *Redis) error { return rdb.Set(testCtx(t), l.keys.Lock("k"), "someone", 0).Err() }},
 		{"lock of the wrong type", func(l *Redis) error { return rdb.RPush(testCtx(t), l.keys.Lock("k"), "x").Err() }},
 		{"lock hash without a beat", func(l *Redis) error { return rdb.HSet(testCtx(t), l.keys.Lock("k"), "t", "x").Err() }},
+		// A fresh beat, declared dead-afters of two beats and of an hour,
+		// and no expiry: no lock this package writes lacks one.
+		{"lock hash without expiry", func(l *Redis) error { return plantHolder(l, 2*time.Second) }},
+		{"lock hash without expiry, dead an hour after its beat", func(l *Redis) error { return plantHolder(l, time.Hour) }},
 		{"fence at 2^63-1", func(l *Redis) error {
 			return rdb.Set(testCtx(t), l.keys.Fence("k"), "9223372036854775807", 0).Err()
 		}},

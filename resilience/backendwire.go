@@ -48,7 +48,7 @@ func (b backendL2[V]) Write(ctx context.Context, key string, e cache.Entry[V], o
 		return 0, err
 	}
 	if err := b.shared.Announce(ctx, key, o.Origin); err != nil {
-		return f, fmt.Errorf("resilience: announce the write of %q: %w", key, err)
+		return f, fmt.Errorf("resilience: announce a write: %w", err)
 	}
 	return f, nil
 }
@@ -61,7 +61,7 @@ func (b backendL2[V]) Invalidate(ctx context.Context, key string, o cache.WriteO
 		return 0, err
 	}
 	if err := b.shared.Announce(ctx, key, o.Origin); err != nil {
-		return f, fmt.Errorf("resilience: announce the invalidation of %q: %w", key, err)
+		return f, fmt.Errorf("resilience: announce an invalidation: %w", err)
 	}
 	return f, nil
 }

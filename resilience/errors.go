@@ -38,7 +38,7 @@ var (
 
 // ConfigError reports a configuration that Build refuses.
 type ConfigError struct {
-	Pipeline string
+	Pipeline string // the pipeline's name
 	Field    string // the builder method at fault, such as "Timeout"
 	Problem  string // what is wrong and what to change
 }
