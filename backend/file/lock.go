@@ -22,10 +22,10 @@ var _ lock.Locker = (*Shared)(nil)
 // declares itself dead two beats after its last one.
 func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration) (*lock.Lease, error) {
 	if lease <= 0 {
-		return nil, fmt.Errorf("lock: acquire %q: lease must be positive, got %v", key, lease)
+		return nil, fmt.Errorf("lock: acquire: lease must be positive, got %v", lease)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
+		return nil, fmt.Errorf("lock: acquire: %w", err)
 	}
 	h := hashName(key)
 	lpath := filepath.Join(s.lockDir(), h+lockSuffix)
@@ -99,7 +99,7 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 			return nil, lock.ErrNotAcquired
 		}
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return nil, fmt.Errorf("lock: acquire %q: %w", key, err)
+			return nil, fmt.Errorf("lock: acquire: %w", err)
 		}
 		return nil, &lock.BackendError{Op: "acquire", Err: err}
 	}

@@ -71,7 +71,7 @@ func storedFence(path, key string) (int64, error) {
 // release, or a write without a token, then wakes key's waiters.
 func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save) (bool, error) {
 	if w.Fence < 0 {
-		return false, fmt.Errorf("file: save %q: negative fence", key)
+		return false, errors.New("file: save: negative fence")
 	}
 	h := hashName(key)
 	vpath := filepath.Join(s.valueDir(), h)
@@ -120,10 +120,10 @@ func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 		return nil
 	})
 	if errors.Is(err, cache.ErrLockLost) {
-		return false, fmt.Errorf("file: save %q: %w", key, cache.ErrLockLost)
+		return false, fmt.Errorf("file: save: %w", cache.ErrLockLost)
 	}
 	if err != nil {
-		return false, fmt.Errorf("file: save %q: %w", key, err)
+		return false, fmt.Errorf("file: save: %w", err)
 	}
 	if released || (stored && w.Token == "") {
 		_ = s.Notify(ctx, key)
@@ -155,7 +155,7 @@ func (s *Shared) NextFence(ctx context.Context, key string, revoke bool) (int64,
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("file: next fence %q: %w", key, err)
+		return 0, fmt.Errorf("file: next fence: %w", err)
 	}
 	return fence, nil
 }
