@@ -54,8 +54,9 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 	beat := min(s.heartbeat, lease/3)
 	var fence int64
 	var how int
-	err := s.b.pool.QueryRow(ctx, s.b.q.acquire, s.ns, rowKey(key), tok, lease.Microseconds(),
-		max(beat.Microseconds(), 1)).Scan(&fence, &how)
+	rk := rowKey(key)
+	cctx, err := s.b.queryRow(ctx, s.b.q.acquire, []any{s.ns, rk, tok, lease.Microseconds(),
+		max(beat.Microseconds(), 1)}, &fence, &how)
 	if err != nil {
 		if !known(err) {
 			s.cleanups.Add(1)
@@ -64,7 +65,7 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 				s.cleanup(key, tok, start)
 			}()
 		}
-		return nil, s.lockErr(ctx, "acquire", key, err)
+		return nil, s.lockErr(cctx, "acquire", key, err)
 	}
 	if fence <= 0 {
 		return nil, lock.ErrNotAcquired
@@ -97,12 +98,13 @@ func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 		return false, 0, s.lockErr(ctx, "inspect", key, err)
 	}
 	var us int64
-	err := s.b.pool.QueryRow(ctx, s.b.q.inspect, s.ns, rowKey(key)).Scan(&us)
+	rk := rowKey(key)
+	cctx, err := s.b.queryRow(ctx, s.b.q.inspect, []any{s.ns, rk}, &us)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, 0, nil
 	}
 	if err != nil {
-		return false, 0, s.lockErr(ctx, "inspect", key, err)
+		return false, 0, s.lockErr(cctx, "inspect", key, err)
 	}
 	return true, time.Duration(max(us, 0)) * time.Microsecond, nil
 }
@@ -113,9 +115,9 @@ func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 func (s *shared) Release(ctx context.Context, key, token string) error {
 	rk := rowKey(key)
 	var n int64
-	err := s.b.pool.QueryRow(ctx, s.b.q.release, s.ns, rk, token, s.channel, wakePayload(rk)).Scan(&n)
+	cctx, err := s.b.queryRow(ctx, s.b.q.release, []any{s.ns, rk, token, s.channel, wakePayload(rk)}, &n)
 	if err != nil {
-		return s.lockErr(ctx, "release", key, err)
+		return s.lockErr(cctx, "release", key, err)
 	}
 	if n == 0 {
 		return lock.ErrNotHeld
@@ -126,9 +128,10 @@ func (s *shared) Release(ctx context.Context, key, token string) error {
 // Extend implements [lock.Holder]: it resets key's lease to ttl from now
 // and records a beat, if token still holds it.
 func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
-	tag, err := s.b.pool.Exec(ctx, s.b.q.extend, s.ns, rowKey(key), token, ttl.Microseconds())
+	rk := rowKey(key)
+	tag, cctx, err := s.b.exec(ctx, s.b.q.extend, s.ns, rk, token, ttl.Microseconds())
 	if err != nil {
-		return s.lockErr(ctx, "extend", key, err)
+		return s.lockErr(cctx, "extend", key, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return lock.ErrNotHeld
