@@ -31,7 +31,8 @@ var schemaSource string
 type Backend struct {
 	pool *pgxpool.Pool
 	// busy holds a token per connection that the pipeline's operations
-	// use: all of the pool's connections but one (see withConn).
+	// use: all of the pool's connections but one, or the one of a pool
+	// of one (see withConn).
 	busy chan struct{}
 	o    Options
 	q    queries
