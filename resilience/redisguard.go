@@ -43,7 +43,12 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 	refused := g.br.Execute(func() error {
 		ran = true
 		if g.deadline {
-			octx, cancel := context.WithTimeout(ctx, g.opTimeout)
+			// The deadline bounds any backend as it is; one that counts
+			// the timeout from when its request is sent, not while it
+			// waits for its own pool, takes the caller's context and
+			// the timeout back with BackendBudget.
+			bctx := context.WithValue(ctx, backendBudgetKey{}, &backendBudget{caller: ctx, timeout: g.opTimeout})
+			octx, cancel := context.WithTimeout(bctx, g.opTimeout)
 			v, err = op(octx)
 			cancel()
 		} else if _, ok := ctx.Deadline(); ok {

@@ -30,6 +30,10 @@ var schemaSource string
 // serve many pipelines.
 type Backend struct {
 	pool *pgxpool.Pool
+	// busy holds a token per connection that the pipeline's operations
+	// use: all of the pool's connections but one, or the one of a pool
+	// of one (see withConn).
+	busy chan struct{}
 	o    Options
 	q    queries
 	// listen configures the LISTEN connections.
@@ -46,8 +50,8 @@ var _ resilience.Backend = (*Backend)(nil)
 // New returns a Backend that keeps its tables in the database pool talks
 // to. It fails when pool is nil or o is not valid (a ListenDSN that does
 // not parse). It does not touch the database: the tables and functions are
-// created by [Backend.Migrate], which the first operation runs when no
-// call to it has succeeded yet.
+// created by [Backend.Migrate], which Open and the first operation run
+// when no call to it has succeeded yet.
 func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: pool is nil")
@@ -63,7 +67,7 @@ func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 		}
 	}
 	sum := sha256.Sum256([]byte("herdguard migrate " + o.Schema + "." + o.Prefix))
-	return &Backend{pool: pool, o: o, q: newQueries(o), listen: listen,
+	return &Backend{pool: pool, busy: make(chan struct{}, max(pool.Config().MaxConns-1, 1)), o: o, q: newQueries(o), listen: listen,
 		lockID:    int64(binary.BigEndian.Uint64(sum[:8])),
 		migrating: make(chan struct{}, 1)}, nil
 }
@@ -88,17 +92,21 @@ func (b *Backend) Migrate(ctx context.Context) error {
 	if b.migrated.Load() {
 		return nil
 	}
+	// The first operation of a pipeline migrates under its budget, which
+	// starts when the migration has a connection (see withConn): the wait
+	// for another caller's migration is no failing database either.
+	caller, _, _ := resilience.BackendBudget(ctx)
 	select {
 	case b.migrating <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("postgres: migrate: %w", ctx.Err())
+	case <-caller.Done():
+		return fmt.Errorf("postgres: migrate: %w", caller.Err())
 	}
 	defer func() { <-b.migrating }()
 	if b.migrated.Load() {
 		return nil
 	}
 	if err := b.migrate(ctx); err != nil {
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := ctxErr(caller); cerr != nil {
 			return fmt.Errorf("postgres: migrate: %w", cerr)
 		}
 		return fmt.Errorf("postgres: migrate: %w", err)
@@ -108,10 +116,18 @@ func (b *Backend) Migrate(ctx context.Context) error {
 }
 
 func (b *Backend) migrate(ctx context.Context) error {
-	if ok, err := b.current(ctx, b.pool); ok || err != nil {
-		return err
-	}
-	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+	_, err := b.withConn(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		if ok, err := b.current(ctx, c); ok || err != nil {
+			return err
+		}
+		return b.migrateOn(ctx, c)
+	})
+	return err
+}
+
+// migrateOn runs the DDL on c, in one transaction under the advisory lock.
+func (b *Backend) migrateOn(ctx context.Context, c *pgxpool.Conn) error {
+	return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", b.lockID); err != nil {
 			return err
 		}
@@ -158,10 +174,12 @@ func (b *Backend) ready(ctx context.Context) error {
 
 // Open implements [resilience.Backend]: the view of the pipeline named
 // s.Namespace. It starts the view's LISTEN connection and its sweeper,
-// and waits for the connection's first attempt, two seconds at most, so
-// that the view hears what is notified once it is returned; a database
-// that cannot be reached does not fail Open (the pipeline fails open),
-// and the connection keeps being tried in the background.
+// runs [Backend.Migrate] unless it has succeeded, and waits for the
+// connection's first attempt, two seconds at most for both, so that the
+// view hears what is notified once it is returned, and a burst of first
+// operations does not wait for the migration; a database that cannot be
+// reached does not fail Open (the pipeline fails open), the connection
+// keeps being tried in the background, and the first operation migrates.
 func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
 	if s.Namespace == "" {
 		return nil, errors.New("postgres: namespace is empty")

@@ -41,21 +41,22 @@ const (
 // and is taken over two beats later.
 func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration) (*lock.Lease, error) {
 	if key == "" || lease <= 0 {
-		return nil, fmt.Errorf("lock: acquire %q: key must not be empty and lease must be positive", shortKey(key))
+		return nil, errors.New("lock: acquire: key must not be empty and lease must be positive")
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock: acquire %q: %w", shortKey(key), err)
+		return nil, fmt.Errorf("lock: acquire: %w", err)
 	}
 	if err := s.b.ready(ctx); err != nil {
-		return nil, s.lockErr(ctx, "acquire", key, err)
+		return nil, s.lockErr(ctx, "acquire", err)
 	}
 	tok := newToken()
 	start := time.Now()
 	beat := min(s.heartbeat, lease/3)
 	var fence int64
 	var how int
-	err := s.b.pool.QueryRow(ctx, s.b.q.acquire, s.ns, rowKey(key), tok, lease.Microseconds(),
-		max(beat.Microseconds(), 1)).Scan(&fence, &how)
+	rk := rowKey(key)
+	cctx, err := s.b.queryRow(ctx, s.b.q.acquire, []any{s.ns, rk, tok, lease.Microseconds(),
+		max(beat.Microseconds(), 1)}, &fence, &how)
 	if err != nil {
 		if !known(err) {
 			s.cleanups.Add(1)
@@ -64,7 +65,7 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 				s.cleanup(key, tok, start)
 			}()
 		}
-		return nil, s.lockErr(ctx, "acquire", key, err)
+		return nil, s.lockErr(cctx, "acquire", err)
 	}
 	if fence <= 0 {
 		return nil, lock.ErrNotAcquired
@@ -94,15 +95,16 @@ func (s *shared) cleanup(key, tok string, start time.Time) {
 // Inspect implements [lock.Locker].
 func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
 	if err := s.b.ready(ctx); err != nil {
-		return false, 0, s.lockErr(ctx, "inspect", key, err)
+		return false, 0, s.lockErr(ctx, "inspect", err)
 	}
 	var us int64
-	err := s.b.pool.QueryRow(ctx, s.b.q.inspect, s.ns, rowKey(key)).Scan(&us)
+	rk := rowKey(key)
+	cctx, err := s.b.queryRow(ctx, s.b.q.inspect, []any{s.ns, rk}, &us)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, 0, nil
 	}
 	if err != nil {
-		return false, 0, s.lockErr(ctx, "inspect", key, err)
+		return false, 0, s.lockErr(cctx, "inspect", err)
 	}
 	return true, time.Duration(max(us, 0)) * time.Microsecond, nil
 }
@@ -113,9 +115,9 @@ func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 func (s *shared) Release(ctx context.Context, key, token string) error {
 	rk := rowKey(key)
 	var n int64
-	err := s.b.pool.QueryRow(ctx, s.b.q.release, s.ns, rk, token, s.channel, wakePayload(rk)).Scan(&n)
+	cctx, err := s.b.queryRow(ctx, s.b.q.release, []any{s.ns, rk, token, s.channel, wakePayload(rk)}, &n)
 	if err != nil {
-		return s.lockErr(ctx, "release", key, err)
+		return s.lockErr(cctx, "release", err)
 	}
 	if n == 0 {
 		return lock.ErrNotHeld
@@ -126,9 +128,10 @@ func (s *shared) Release(ctx context.Context, key, token string) error {
 // Extend implements [lock.Holder]: it resets key's lease to ttl from now
 // and records a beat, if token still holds it.
 func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
-	tag, err := s.b.pool.Exec(ctx, s.b.q.extend, s.ns, rowKey(key), token, ttl.Microseconds())
+	rk := rowKey(key)
+	tag, cctx, err := s.b.exec(ctx, s.b.q.extend, s.ns, rk, token, ttl.Microseconds())
 	if err != nil {
-		return s.lockErr(ctx, "extend", key, err)
+		return s.lockErr(cctx, "extend", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return lock.ErrNotHeld
@@ -138,14 +141,15 @@ func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 
 // lockErr returns the context's error when ctx has ended, and a
 // [*lock.BackendError] otherwise.
-func (s *shared) lockErr(ctx context.Context, op, key string, err error) error {
+func (s *shared) lockErr(ctx context.Context, op string, err error) error {
 	s.b.lost(err)
-	return lockErr(ctx, op, key, err)
+	return lockErr(ctx, op, err)
 }
 
-func lockErr(ctx context.Context, op, key string, err error) error {
+// lockErr names the operation, never the key: keys may be secrets.
+func lockErr(ctx context.Context, op string, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
-		return fmt.Errorf("lock: %s %q: %w", op, shortKey(key), cerr)
+		return fmt.Errorf("lock: %s: %w", op, cerr)
 	}
 	return &lock.BackendError{Op: op, Err: err}
 }

@@ -44,6 +44,9 @@ type podConfig struct {
 	// zero for the tests' defaults.
 	OpTimeout   time.Duration `json:"op_timeout,omitempty"`
 	BreakerOpen time.Duration `json:"breaker_open,omitempty"`
+	// Defaults gives the pipeline the library's defaults, the operation
+	// timeout included.
+	Defaults bool `json:"defaults,omitempty"`
 }
 
 // event is a pod -> parent message, one JSON line on the pod's stdout.

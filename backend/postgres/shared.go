@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
@@ -66,7 +67,14 @@ func newShared(b *Backend, s resilience.BackendScope) (*shared, error) {
 	}
 	sh := &shared{b: b, ns: s.Namespace, channel: channelOf(b.q.listenName, s.Namespace), heartbeat: hb}
 	sh.l = newListener(b.listen.Copy(), sh.channel, b.o.Poll)
-	sh.l.awaitFirst(openWait)
+	start := time.Now()
+	// Migrate now, while the LISTEN connection comes up, rather than in
+	// the first operations, which a start-up burst would make wait for
+	// it: a failure leaves it to them.
+	mctx, cancel := context.WithTimeout(context.Background(), openWait)
+	_ = b.Migrate(mctx)
+	cancel()
+	sh.l.awaitFirst(openWait - time.Since(start))
 	sh.stopSweep = startSweeper(b, b.o.Sweep)
 	return sh, nil
 }
@@ -93,12 +101,9 @@ func (s *shared) Close() error {
 
 // Ping checks that the database answers through the pool.
 func (s *shared) Ping(ctx context.Context) error {
-	if err := s.b.pool.Ping(ctx); err != nil {
-		s.b.lost(err)
-		if cerr := ctxErr(ctx); cerr != nil {
-			err = cerr
-		}
-		return fmt.Errorf("postgres: ping: %w", err) // no key to name
+	cctx, err := s.b.withConn(ctx, func(ctx context.Context, c *pgxpool.Conn) error { return c.Ping(ctx) })
+	if err != nil {
+		return s.storeErr(cctx, "ping", err)
 	}
 	return nil
 }
@@ -106,15 +111,16 @@ func (s *shared) Ping(ctx context.Context) error {
 // Load implements [cache.Store].
 func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 	if err := s.b.ready(ctx); err != nil {
-		return nil, s.storeErr(ctx, "load", key, err)
+		return nil, s.storeErr(ctx, "load", err)
 	}
 	var data []byte
-	err := s.b.pool.QueryRow(ctx, s.b.q.load, s.ns, rowKey(key)).Scan(&data)
+	rk := rowKey(key)
+	cctx, err := s.b.queryRow(ctx, s.b.q.load, []any{s.ns, rk}, &data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, s.storeErr(ctx, "load", key, err)
+		return nil, s.storeErr(cctx, "load", err)
 	}
 	return data, nil
 }
@@ -125,24 +131,24 @@ func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 // w.Until, counted on the database's clock from the time left now.
 func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save) (bool, error) {
 	if w.Release && w.Token == "" {
-		return false, fmt.Errorf("postgres: save %q: Release without a Token", shortKey(key))
+		return false, errors.New("postgres: save: Release without a Token")
 	}
 	if raw == nil {
 		raw = []byte{}
 	}
 	if err := s.b.ready(ctx); err != nil {
-		return false, s.storeErr(ctx, "save", key, err)
+		return false, s.storeErr(ctx, "save", err)
 	}
 	ttl := time.Until(w.Until).Microseconds()
 	rk := rowKey(key)
 	var n int
-	err := s.b.pool.QueryRow(ctx, s.b.q.save, s.ns, rk, w.Fence, raw, ttl, w.Token, w.Release,
-		s.channel, wakePayload(rk)).Scan(&n)
+	cctx, err := s.b.queryRow(ctx, s.b.q.save, []any{s.ns, rk, w.Fence, raw, ttl, w.Token, w.Release,
+		s.channel, wakePayload(rk)}, &n)
 	if err != nil {
-		return false, s.storeErr(ctx, "save", key, err)
+		return false, s.storeErr(cctx, "save", err)
 	}
 	if n < 0 {
-		return false, fmt.Errorf("postgres: save %q: %w", shortKey(key), cache.ErrLockLost)
+		return false, fmt.Errorf("postgres: save: %w", cache.ErrLockLost)
 	}
 	return n == 1, nil
 }
@@ -150,28 +156,30 @@ func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 // NextFence implements [cache.Store] in one statement.
 func (s *shared) NextFence(ctx context.Context, key string, revoke bool) (int64, error) {
 	if err := s.b.ready(ctx); err != nil {
-		return 0, s.storeErr(ctx, "fence", key, err)
+		return 0, s.storeErr(ctx, "fence", err)
 	}
 	rk := rowKey(key)
 	var f int64
-	if err := s.b.pool.QueryRow(ctx, s.b.q.nextFence, s.ns, rk, revoke, s.channel, wakePayload(rk)).Scan(&f); err != nil {
-		return 0, s.storeErr(ctx, "fence", key, err)
+	cctx, err := s.b.queryRow(ctx, s.b.q.nextFence, []any{s.ns, rk, revoke, s.channel, wakePayload(rk)}, &f)
+	if err != nil {
+		return 0, s.storeErr(cctx, "fence", err)
 	}
 	return f, nil
 }
 
 // Notify implements [resilience.Shared].
 func (s *shared) Notify(ctx context.Context, key string) error {
-	if _, err := s.b.pool.Exec(ctx, s.b.q.notify, s.channel, wakePayload(rowKey(key))); err != nil {
-		return s.storeErr(ctx, "notify", key, err)
+	rk := rowKey(key)
+	if _, cctx, err := s.b.exec(ctx, s.b.q.notify, s.channel, wakePayload(rk)); err != nil {
+		return s.storeErr(cctx, "notify", err)
 	}
 	return nil
 }
 
 // Announce implements [resilience.Shared].
 func (s *shared) Announce(ctx context.Context, key, origin string) error {
-	if _, err := s.b.pool.Exec(ctx, s.b.q.notify, s.channel, announcePayload(key, origin)); err != nil {
-		return s.storeErr(ctx, "announce", key, err)
+	if _, cctx, err := s.b.exec(ctx, s.b.q.notify, s.channel, announcePayload(key, origin)); err != nil {
+		return s.storeErr(cctx, "announce", err)
 	}
 	return nil
 }
@@ -186,26 +194,19 @@ func (s *shared) Watch(onWrite func(key, origin string), onReset func()) func() 
 	return s.l.watch(onWrite, onReset)
 }
 
-// shortKey is key as errors show it: its first 64 bytes.
-func shortKey(key string) string {
-	if len(key) > 64 {
-		return key[:64] + "..."
-	}
-	return key
-}
-
 // storeErr returns the context's error when ctx has ended, and err
 // wrapped otherwise.
-func (s *shared) storeErr(ctx context.Context, op, key string, err error) error {
+func (s *shared) storeErr(ctx context.Context, op string, err error) error {
 	s.b.lost(err)
-	return storeErr(ctx, op, key, err)
+	return storeErr(ctx, op, err)
 }
 
-func storeErr(ctx context.Context, op, key string, err error) error {
+// storeErr names the operation, never the key: keys may be secrets.
+func storeErr(ctx context.Context, op string, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
-		return fmt.Errorf("postgres: %s %q: %w", op, shortKey(key), cerr)
+		return fmt.Errorf("postgres: %s: %w", op, cerr)
 	}
-	return fmt.Errorf("postgres: %s %q: %w", op, shortKey(key), err)
+	return fmt.Errorf("postgres: %s: %w", op, err)
 }
 
 // ctxErr is ctx's error, or DeadlineExceeded when its deadline has passed

@@ -1,0 +1,52 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// burstWithDefaults asks nkeys cold keys at once in each of npods pods
+// (processes), whose pipelines use the library's defaults (operation
+// timeout, breaker, lock) and whose pools have pgxpool's default size,
+// and fails t unless every key is loaded exactly once across the pods,
+// no call fails open, and every caller of a key gets the same value.
+func burstWithDefaults(t *testing.T, npods, nkeys int) {
+	f := newFixture(t, Options{})
+	server(t)
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("cold:%d", i)
+	}
+	fl := startPods(t, pods(f, npods, podConfig{Keys: keys, Callers: 1, Parallel: true,
+		Load: 100 * time.Millisecond, Counted: true, Defaults: true}))
+	start := time.Now()
+	fl.goAll(all(npods)...)
+	tl := fl.collect(npods, nil)
+	took := time.Since(start)
+	loads, multi := 0, 0
+	var extra []string
+	for _, k := range keys {
+		loads += tl.loads[k]
+		if tl.loads[k] != 1 {
+			multi++
+			if len(extra) < 10 {
+				extra = append(extra, fmt.Sprintf("%s:%d", k, tl.loads[k]))
+			}
+		}
+	}
+	failedOpen := 0
+	for src, n := range tl.sources {
+		if strings.HasSuffix(src, "+failed-open") {
+			failedOpen += n
+		}
+	}
+	t.Logf("%d cold keys x %d pods: %v, %d loads, %d of %d calls failed open, sources %v",
+		nkeys, npods, took.Round(time.Millisecond), loads, failedOpen, npods*nkeys, tl.sources)
+	if failedOpen > 0 || multi > 0 {
+		t.Errorf("%d loads for %d keys (%d keys not loaded exactly once, first: %s), %d calls failed open; "+
+			"want one load per key and none failing open", loads, nkeys, multi, strings.Join(extra, " "), failedOpen)
+	}
+	checkOneValue(t, tl, nkeys, npods*nkeys)
+}
