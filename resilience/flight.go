@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -56,6 +57,18 @@ func (g *flightGroup[V]) join(key string) (*flight[V], bool) {
 	f := &flight[V]{}
 	g.m[key] = f
 	return f, false
+}
+
+// underway returns key's flight if one is under way, nil if none is; the
+// caller then waits for it (see [Pipeline.joinUnderway]).
+func (g *flightGroup[V]) underway(key string) *flight[V] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f := g.m[key]
+	if f != nil && f.done == nil {
+		f.done = make(chan struct{})
+	}
+	return f
 }
 
 // waitable returns f's done channel, making it if nobody has.
@@ -167,6 +180,52 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		sharedSpan(sp, isJoiner, o)
 	}
 	return o, f.err
+}
+
+// underway returns key's shared load when a call that found L1 holding
+// f for key can wait for it on the short way, joinUnderway: the load is
+// under way, L1 held nothing (no stale copy for the fallback chain), and
+// tracing is off (no spans to start). Otherwise it returns nil.
+func (p *Pipeline[V]) underway(key string, f cache.Freshness) *flight[V] {
+	if f != cache.Miss || p.group == nil || p.tel.Tracing() {
+		return nil
+	}
+	return p.group.underway(key)
+}
+
+// joinUnderway waits for key's shared load under way (f) and returns its
+// result: the call most of a burst's callers make. Its frame is far
+// smaller than those of call, miss and joinFlight together: a burst parks
+// thousands of callers here, each on a stack that starts small and is
+// copied whole each time it must grow: in the pods of the stampede
+// harness, growing stacks took half the CPU it took on the long way.
+// Only a load that failed takes the full miss's way to the fallback chain.
+func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, f *flight[V]) (Result[V], error) {
+	p.stats.misses.Add(1)
+	select {
+	case <-ctx.Done():
+		err := ctx.Err()
+		countCall(&p.stats, &Result[V]{}, err)
+		return Result[V]{}, err
+	case <-f.done:
+	}
+	if o, _ := f.val.(*outcome[V]); o != nil && (f.err == nil || o.res.NotFound) {
+		r := o.res
+		if r.Source == SourceLoader || r.Source == SourceWaited || r.Source == SourceL2 {
+			r.Source = SourceCoalesced
+		}
+		p.finishCall(ctx, nil, &r, f.err)
+		return r, f.err
+	}
+	return p.joinedFailed(ctx, key, f)
+}
+
+// joinedFailed is joinUnderway's end when the shared load failed: the
+// fallback chain, as a miss's.
+func (p *Pipeline[V]) joinedFailed(ctx context.Context, key string, f *flight[V]) (Result[V], error) {
+	r, err := p.settleMiss(ctx, key, joined(f, true), f.err, cache.Entry[V]{}, false)
+	p.finishCall(ctx, nil, &r, err)
+	return r, err
 }
 
 // joined returns f's outcome, once f has ended: for a joiner, a copy of

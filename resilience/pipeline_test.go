@@ -539,7 +539,7 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // TestGet_untracedJoiners covers the joiners of a load under way when
-// tracing is off, the path a burst's callers take: the
+// tracing is off, the path a burst's callers take (joinUnderway): the
 // shared value, coalesced, for Get and GetResult; a joiner whose context
 // ends leaves at once; a failed load gives every joiner the fallback; and
 // Stats counts each call once.
