@@ -60,21 +60,3 @@ func benchDo(b *testing.B, bl *Builder[string]) {
 		}
 	}
 }
-
-// TestDo_timeout_oneAlloc: with Timeout, a keyless call that succeeds
-// allocates once, for its attempt and the context fn runs under; no
-// timer, no closure for its goroutine.
-func TestDo_timeout_oneAlloc(t *testing.T) {
-	if otel.GetTracerProvider() != defaultGlobalTP {
-		t.Skip("a global TracerProvider is installed")
-	}
-	p := build(t, New[string]("timeout").Keyless().Breaker(breaker.Settings{}).Timeout(time.Minute))
-	ctx := context.Background()
-	if n := testing.AllocsPerRun(1000, func() {
-		if _, err := p.Do(ctx, doWork); err != nil {
-			t.Fatal(err)
-		}
-	}); n > 1 {
-		t.Errorf("Do with Timeout allocates %v times per call, want at most 1", n)
-	}
-}

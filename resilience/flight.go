@@ -141,10 +141,6 @@ func (g *flightGroup[V]) Do(key string, fn func() (any, error)) (v any, err erro
 // joinFlight runs the shared load of key, or joins the one running. A
 // caller whose ctx ends returns at once, with a nil outcome; the shared
 // load goes on for the others. hint says L2 likely holds a fresh copy.
-//
-// Every joiner of a burst waits here, so the frame stays small: the
-// leader's look and the joiner's copy of the outcome are functions of
-// their own, and a burst's parked joiners need that much less stack.
 func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[V], hint bool) (*outcome[V], error) {
 	// The span starts before the flight so that the leader's shared load
 	// (L2, lock, loader) runs under it; joiners link to it instead.
@@ -159,9 +155,10 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 	if isJoiner {
 		done = f.done
 	} else {
-		var finished bool
-		var err error
-		done, finished, err = p.lead(ctx, sctx, key, load, hint, f)
+		pd, finished, err := p.fetchLook(sctx, key, load, &f.o, hint)
+		if !finished {
+			done, finished, err = p.handOff(ctx, sctx, key, load, f, pd)
+		}
 		if finished {
 			p.group.end(key, f, &f.o, err)
 			if sp != nil {
@@ -255,18 +252,6 @@ func sharedSpan[V any](sp trace.Span, joiner bool, o *outcome[V]) {
 	if joiner && o.leadSpan.IsValid() {
 		sp.AddLink(trace.Link{SpanContext: o.leadSpan})
 	}
-}
-
-// lead is the leader's part of joinFlight: the look, then the hand-off of
-// the rest. It is a function of its own so that joinFlight, where every
-// joiner waits, keeps a small frame: a burst parks thousands of joiners
-// there, and a frame the size of the look's would grow each one's stack.
-func (p *Pipeline[V]) lead(ctx, sctx context.Context, key string, load LoadFunc[V], hint bool, f *flight[V]) (done chan struct{}, finished bool, err error) {
-	pd, finished, err := p.fetchLook(sctx, key, load, &f.o, hint)
-	if finished {
-		return nil, true, err
-	}
-	return p.handOff(ctx, sctx, key, load, f, pd)
 }
 
 // handOff runs the rest of a leader's flight, the part that loads or

@@ -126,36 +126,22 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 
 // GetResult is [Pipeline.Get] that also says where the value came from and
 // whether the call failed open or fell back.
-func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V]) (r Result[V], err error) {
-	// Small enough to inline: the result is built in the caller's frame,
-	// not copied out of this one (an L1 hit is a few tens of ns).
-	err = p.getResult(ctx, key, load, &r)
-	return r, err
-}
-
-// getResult is GetResult's work, writing its result into the zero r.
-func (p *Pipeline[V]) getResult(ctx context.Context, key string, load LoadFunc[V], r *Result[V]) error {
+func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
 	if err := p.checkGet(ctx, key, load); err != nil {
-		return err
+		return Result[V]{}, err
 	}
 	h, f, done := p.lookup(ctx, key, load)
 	if done {
-		r.Source = SourceL1
 		if h.NotFound() {
 			p.stats.notFound.Add(1)
-			r.NotFound = true
-			return ErrNotFound
+			return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
 		}
-		r.Value = p.out(h.Value())
-		return nil
+		return Result[V]{Value: p.out(h.Value()), Source: SourceL1}, nil
 	}
-	var err error
 	if fl := p.underway(key, f); fl != nil {
-		*r, err = p.cloned(p.joinUnderway(ctx, key, fl))
-		return err
+		return p.cloned(p.joinUnderway(ctx, key, fl))
 	}
-	*r, err = p.cloned(p.call(ctx, key, load, h, f))
-	return err
+	return p.cloned(p.call(ctx, key, load, h, f))
 }
 
 func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]) error {

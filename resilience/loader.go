@@ -3,8 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -171,279 +169,39 @@ func loadOutcome(err error) string {
 // on its own; its result is dropped. Without a timeout (a Keyless pipeline
 // without [Builder.Timeout]) fn runs on the caller's goroutine, with no
 // timer and no goroutine.
-//
-// An attempt that finishes within the slice it is given first, as most
-// do, costs one allocation, a pooled goroutine start and no timer: the
-// timer that ends the attempt's context at its deadline is armed only
-// when the caller has to wait.
 func (p *Pipeline[V]) runTimed(ctx context.Context, key string, fn loader[V]) (V, error) {
 	if p.timeout <= 0 {
 		return safeLoad(ctx, key, fn)
 	}
-	a := &timedAttempt[V]{parent: ctx, deadline: monoNow() + int64(p.timeout), key: key, fn: fn}
-	goRun(a)
-	// Yield once before waiting: fn, started on this P, usually finishes
-	// within that slice, and then nothing has to wake this goroutine.
-	runtime.Gosched()
-	if a.state.Load() != attemptFinished && !a.wait() {
+	actx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	ch := make(chan attemptResult[V], 1) // buffered: fn's goroutine never blocks, even once nobody waits
+	// fn's goroutine ends when fn returns; an attempt given up at its
+	// deadline does not wait for it.
+	go func() {
+		v, err := safeLoad(actx, key, fn)
+		ch <- attemptResult[V]{v, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			return r.v, timedOut("loader attempt", p.timeout, r.err)
+		}
+		return r.v, r.err
+	case <-actx.Done():
 		var zero V
 		if err := ctx.Err(); err != nil {
-			a.cancel(err)
 			return zero, err
 		}
 		return zero, timedOut("loader attempt", p.timeout, context.DeadlineExceeded)
 	}
-	expired := a.finish() == context.DeadlineExceeded
-	if a.err != nil && expired && ctx.Err() == nil {
-		return a.v, timedOut("loader attempt", p.timeout, a.err)
-	}
-	return a.v, a.err
 }
 
-// attemptEpoch is the base of attempt deadlines: monoNow reads only the
-// monotonic clock, which is all a deadline needs.
-var attemptEpoch = time.Now()
-
-// monoNow returns the monotonic time in nanoseconds since attemptEpoch.
-func monoNow() int64 { return int64(time.Since(attemptEpoch)) }
-
-// States of a timedAttempt.
-const (
-	attemptRunning uint32 = iota
-	attemptFinished
-	attemptWaited // the caller waits on wake
-)
-
-// timedAttempt is one attempt run on a goroutine of its own, and the
-// context it runs under: the caller's, with the attempt's deadline. It is
-// one allocation where context.WithTimeout and a result channel would be
-// several. The caller's goroutine propagates the caller's cancellation
-// while it waits; fn's result is read only once fn has finished, and an
-// attempt given up at its deadline writes into it unread.
-type timedAttempt[V any] struct {
-	parent   context.Context
-	deadline int64 // the attempt's own, on monoNow
-	key      string
-	fn       loader[V]
-	v        V
-	err      error
-	state    atomic.Uint32
-	wake     chan struct{} // made by a caller that waits, closed by run
-
-	mu     sync.Mutex
-	done   chan struct{} // made on demand, closed by cancel
-	cause  error         // why the context ended, nil while it lives
-	afters []*afterFunc
+// attemptResult is what fn returned to a timed attempt.
+type attemptResult[V any] struct {
+	v   V
+	err error
 }
-
-// afterFunc is a function registered with [timedAttempt.AfterFunc].
-type afterFunc struct {
-	f    func()
-	over bool // ran or stopped
-}
-
-func (a *timedAttempt[V]) run() {
-	a.v, a.err = safeLoad(a, a.key, a.fn)
-	if !a.state.CompareAndSwap(attemptRunning, attemptFinished) {
-		close(a.wake) // the caller waits
-	}
-}
-
-// task is work for goRun.
-type task interface{ run() }
-
-// runner starts a task on a new goroutine. Runners are pooled, with their
-// goroutine function made once, so that starting a task allocates nothing:
-// a go statement that passes an argument allocates a closure for it.
-type runner struct {
-	t  task
-	fn func()
-}
-
-var runners sync.Pool
-
-// goRun runs t.run on a goroutine of its own.
-func goRun(t task) {
-	r, _ := runners.Get().(*runner)
-	if r == nil {
-		r = new(runner)
-		r.fn = r.start
-	}
-	r.t = t
-	go r.fn()
-}
-
-func (r *runner) start() {
-	t := r.t
-	r.t = nil
-	runners.Put(r)
-	t.run()
-}
-
-// wait blocks until fn finishes (true), or the attempt's deadline or the
-// caller's cancellation ends it (false). It arms the deadline's timer.
-func (a *timedAttempt[V]) wait() bool {
-	a.wake = make(chan struct{})
-	if !a.state.CompareAndSwap(attemptRunning, attemptWaited) {
-		return true // finished meanwhile
-	}
-	if d := time.Duration(a.deadline - monoNow()); d > 0 {
-		t := time.AfterFunc(d, a.expire)
-		defer t.Stop()
-	} else {
-		a.expire()
-	}
-	select {
-	case <-a.wake:
-		return true
-	case <-a.Done():
-		return false
-	case <-a.parent.Done():
-		return false
-	}
-}
-
-// finish ends the context of an attempt whose fn has returned, and returns
-// why it had ended before, if it had.
-func (a *timedAttempt[V]) finish() error {
-	a.mu.Lock()
-	cause := a.cause
-	a.mu.Unlock()
-	if cause == nil && a.err != nil && monoNow() >= a.deadline {
-		cause = context.DeadlineExceeded // past the deadline the timer was not armed for
-	}
-	a.cancel(context.Canceled)
-	return cause
-}
-
-func (a *timedAttempt[V]) expire() { a.cancel(context.DeadlineExceeded) }
-
-// cancel ends the context with err, once.
-func (a *timedAttempt[V]) cancel(err error) {
-	a.mu.Lock()
-	if a.cause != nil {
-		a.mu.Unlock()
-		return
-	}
-	a.cause = err
-	if a.done != nil {
-		close(a.done)
-	}
-	afters := a.afters
-	a.afters = nil
-	for _, f := range afters {
-		f.over = true
-	}
-	a.mu.Unlock()
-	for _, f := range afters {
-		go f.f()
-	}
-}
-
-// Deadline is the attempt's deadline, or the caller's if it is earlier.
-func (a *timedAttempt[V]) Deadline() (time.Time, bool) {
-	own := attemptEpoch.Add(time.Duration(a.deadline))
-	if d, ok := a.parent.Deadline(); ok && d.Before(own) {
-		return d, true
-	}
-	return own, true
-}
-
-// Done is closed when the attempt's deadline passes, when the caller's
-// context ends, and when the attempt returns.
-func (a *timedAttempt[V]) Done() <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.done == nil {
-		a.done = make(chan struct{})
-		if a.cause != nil {
-			close(a.done)
-		}
-	}
-	return a.done
-}
-
-// Err is why the context ended. Until the caller arms the timer, a
-// deadline that has passed is noticed here.
-func (a *timedAttempt[V]) Err() error {
-	a.mu.Lock()
-	cause := a.cause
-	a.mu.Unlock()
-	if cause == nil && monoNow() >= a.deadline {
-		a.expire()
-		return a.Err()
-	}
-	return cause
-}
-
-// Value is the caller's context's, except for the standard library's
-// lookup of the nearest cancelable context: this context ends on its own,
-// so context.Cause and derived contexts must consult it, not a parent.
-func (a *timedAttempt[V]) Value(key any) any {
-	if key == cancelCtxKey && cancelCtxKey != nil {
-		return nil
-	}
-	return a.parent.Value(key)
-}
-
-// AfterFunc arranges for f to run on its own goroutine once the context
-// ends, as [context.AfterFunc] does; contexts derived from this one use
-// it instead of a goroutine each.
-func (a *timedAttempt[V]) AfterFunc(f func()) (stop func() bool) {
-	e := &afterFunc{f: f}
-	a.mu.Lock()
-	if a.cause != nil {
-		e.over = true
-		go f()
-	} else {
-		a.afters = append(a.afters, e)
-	}
-	a.mu.Unlock()
-	return func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if e.over {
-			return false
-		}
-		e.over = true
-		for i, x := range a.afters {
-			if x == e {
-				a.afters = append(a.afters[:i], a.afters[i+1:]...)
-				break
-			}
-		}
-		return true
-	}
-}
-
-func (a *timedAttempt[V]) String() string {
-	d, _ := a.Deadline()
-	return "resilience.attemptContext(" + d.String() + ")"
-}
-
-// cancelCtxKey is the key the standard library's context package looks up
-// to find a context's nearest cancelable ancestor, learned from a probe
-// (nil if the package stops looking it up that way).
-var cancelCtxKey = func() any {
-	p := keyProbe{Context: context.Background()}
-	_ = context.Cause(&p)
-	return p.key
-}()
-
-type keyProbe struct {
-	context.Context
-	key any
-}
-
-func (p *keyProbe) Value(key any) any {
-	if p.key == nil {
-		p.key = key
-	}
-	return nil
-}
-
-// Err says the probe ended, so that context.Cause looks further.
-func (p *keyProbe) Err() error { return context.Canceled }
 
 // safeLoad calls fn and turns a panic into a [*PanicError].
 func safeLoad[V any](ctx context.Context, key string, fn loader[V]) (v V, err error) {

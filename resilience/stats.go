@@ -1,9 +1,6 @@
 package resilience
 
-import (
-	"sync/atomic"
-	"unsafe"
-)
+import "sync/atomic"
 
 // Stats are a pipeline's counts since it was built, kept with atomic
 // counters whether or not telemetry is on. Calls are those of Get,
@@ -54,7 +51,7 @@ type Stats struct {
 func (p *Pipeline[V]) Stats() Stats {
 	s := &p.stats
 	return Stats{
-		L1Hits:     s.l1.sum(),
+		L1Hits:     s.l1.Load(),
 		Misses:     s.misses.Load(),
 		L2Hits:     s.bySource[SourceL2].Load(),
 		Loaded:     s.bySource[SourceLoader].Load(),
@@ -70,10 +67,14 @@ func (p *Pipeline[V]) Stats() Stats {
 	}
 }
 
-// stats are the counters behind [Stats]. The L1 hit count, bumped by every
-// core at once on a hot key, is striped; the others count slower calls.
+// stats are the counters behind [Stats], plain atomic counters. The L1
+// hit count is bumped by every hit, on every core at once on a hot key:
+// padding keeps it off the cache lines of the pipeline's other fields,
+// which every call reads, so that its writes do not slow those reads.
 type stats struct {
-	l1       stripedCounter
+	_        [64]byte
+	l1       atomic.Uint64
+	_        [56]byte
 	misses   atomic.Uint64
 	bySource [len(sourceNames)]atomic.Uint64
 	// openBySource counts the calls of bySource that failed open.
@@ -85,7 +86,7 @@ type stats struct {
 	loads        atomic.Uint64
 }
 
-func (s *stats) l1Hit() { s.l1.add() }
+func (s *stats) l1Hit() { s.l1.Add(1) }
 
 // calls is the number of calls served from source i so far, failed open
 // or not: what the pipeline's call metric reports.
@@ -94,7 +95,7 @@ func (s *stats) calls(i int, failedOpen bool) uint64 {
 	case failedOpen:
 		return s.openBySource[i].Load()
 	case Source(i) == SourceL1:
-		return s.l1.sum()
+		return s.l1.Load()
 	}
 	return s.bySource[i].Load() - s.openBySource[i].Load()
 }
@@ -104,7 +105,7 @@ func (s *stats) calls(i int, failedOpen bool) uint64 {
 func countCall[V any](s *stats, r *Result[V], err error) {
 	switch {
 	case r.Source == SourceL1:
-		s.l1.add()
+		s.l1.Add(1)
 	case int(r.Source) >= len(s.bySource):
 	default:
 		s.bySource[r.Source].Add(1)
@@ -124,50 +125,4 @@ func countCall[V any](s *stats, r *Result[V], err error) {
 	if r.FailedOpen {
 		s.failedOpen.Add(1)
 	}
-}
-
-// stripes is the number of stripes of a stripedCounter.
-const (
-	stripeBits = 6
-	stripes    = 1 << stripeBits
-)
-
-// stripedCounter is a counter that goroutines on different cores bump
-// without sharing a cache line, most of the time: each adds to the stripe
-// its stack picks, and a read sums the stripes. Padding on both sides
-// keeps the stripes off the lines of the fields around the counter, which
-// every call reads.
-type stripedCounter struct {
-	_ [64]byte
-	s [stripes]struct {
-		n atomic.Uint64
-		_ [56]byte // one stripe per cache line
-	}
-	_ [64]byte
-}
-
-func (c *stripedCounter) add() {
-	var b byte
-	c.s[stripeOf(uintptr(unsafe.Pointer(&b)))].n.Add(1)
-}
-
-// stripeOf picks the stripe of the goroutine whose stack holds the
-// address addr.
-// Goroutine stacks lie apart, so the address of a local variable tells
-// goroutines apart without a call; the address is only read. It is taken
-// in units of the smallest stack, 2 KiB: two small stacks may share a
-// 4 KiB page, and a page number would give both the same stripe. The
-// number is hashed, so that stacks of any size spread over all the
-// stripes.
-func stripeOf(addr uintptr) uint64 {
-	x := uint64(addr >> 11)
-	return x * 0x9e3779b97f4a7c15 >> (64 - stripeBits)
-}
-
-func (c *stripedCounter) sum() uint64 {
-	var n uint64
-	for i := range c.s {
-		n += c.s[i].n.Load()
-	}
-	return n
 }

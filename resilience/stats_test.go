@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/telemetry"
@@ -192,60 +191,5 @@ func TestTelemetry_L1Hit_spansOnlyWhenSampledOrAsked(t *testing.T) {
 	telGet(t, ctx, q, "k", okLoad)
 	if n, l1 := asked.startedNamed(telemetry.SpanGet), asked.startedNamed(telemetry.SpanL1); n != 2 || l1 != 2 {
 		t.Fatalf("HitSpans: %d get and %d l1 spans, want 2 and 2", n, l1)
-	}
-}
-
-// TestStripeOf_goroutinesPickApart: two goroutines that run at once, with
-// fresh (small) stacks, seldom share a stripe of the L1 hit counter;
-// sharing one would make two cores serving hits fight over its cache line.
-func TestStripeOf_goroutinesPickApart(t *testing.T) {
-	const pairs = 2000
-	same := 0
-	for range pairs {
-		var a, b uint64
-		var wg sync.WaitGroup
-		ready := make(chan struct{})
-		wg.Go(func() {
-			var x byte
-			a = stripeOf(uintptr(unsafe.Pointer(&x)))
-			<-ready // both stacks live at once
-		})
-		wg.Go(func() {
-			var x byte
-			b = stripeOf(uintptr(unsafe.Pointer(&x)))
-			<-ready
-		})
-		// Both are alive until ready closes, so their stacks are apart;
-		// a stack freed by one pair is reused by the next, as in a server.
-		close(ready)
-		wg.Wait()
-		if a == b {
-			same++
-		}
-	}
-	// Stripes picked at random would share 1 pair in stripes (6% with
-	// 16); stacks, which lie apart in steps of their size, do better.
-	if limit := pairs / stripes; same > limit {
-		t.Fatalf("%d of %d pairs of goroutines shared a stripe; want at most %d, what chance alone would share", same, pairs, limit)
-	}
-	t.Logf("%d of %d pairs shared a stripe", same, pairs)
-}
-
-// TestStripeOf_smallStacksInOnePage: the smallest stacks (2 KiB) come two
-// to a page; the two halves of a page pick different stripes, and pages
-// spread over every stripe.
-func TestStripeOf_smallStacksInOnePage(t *testing.T) {
-	var used [stripes]int
-	for page := uintptr(0xc000000000); page < 0xc000000000+4096*4096; page += 4096 {
-		lo, hi := stripeOf(page+1500), stripeOf(page+2048+1500)
-		if lo == hi {
-			t.Fatalf("the two 2 KiB halves of page %#x share stripe %d", page, lo)
-		}
-		used[lo]++
-	}
-	for i, n := range used {
-		if n < 4096/stripes/2 {
-			t.Fatalf("stripe %d picked by %d of 4096 pages; want about %d: %v", i, n, 4096/stripes, used)
-		}
 	}
 }

@@ -9,9 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"reflect"
 	"time"
-	"unsafe"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -29,23 +27,7 @@ import (
 var (
 	defaultTP = otel.GetTracerProvider()
 	defaultMP = otel.GetMeterProvider()
-
-	defaultTPWords = words(&defaultTP)
-	defaultMPWords = words(&defaultMP)
-	// byWords is set when both defaults hold pointers, as otel's do: an
-	// interface then equals a default exactly when its two words do, a
-	// compare of two words where == calls the runtime.
-	byWords = reflect.TypeOf(defaultTP).Kind() == reflect.Pointer &&
-		reflect.TypeOf(defaultMP).Kind() == reflect.Pointer
 )
-
-// ifaceWords is the layout of a non-empty interface value: its type and
-// its data word.
-type ifaceWords struct{ tab, data unsafe.Pointer }
-
-// words returns the two words of the interface value *i (a pointer to a
-// variable of interface type).
-func words[I any](i *I) ifaceWords { return *(*ifaceWords)(unsafe.Pointer(i)) }
 
 // Telemetry is the instrumentation of one pipeline: its tracer, its
 // instruments and its constant attributes. It is safe for concurrent use.
@@ -115,11 +97,7 @@ func (t *Telemetry) Tracing() bool {
 	if t.explicit {
 		return t.tracing
 	}
-	tp := otel.GetTracerProvider()
-	if byWords {
-		return words(&tp) != defaultTPWords
-	}
-	return tp != defaultTP
+	return otel.GetTracerProvider() != defaultTP
 }
 
 // Metering reports whether measurements can be recorded at all.
@@ -127,11 +105,7 @@ func (t *Telemetry) Metering() bool {
 	if t.meterExp {
 		return t.meterOn
 	}
-	mp := otel.GetMeterProvider()
-	if byWords {
-		return words(&mp) != defaultMPWords
-	}
-	return mp != defaultMP
+	return otel.GetMeterProvider() != defaultMP
 }
 
 // Off reports whether neither spans nor measurements can be recorded: the
