@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/internal/retryloop"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
 
@@ -113,7 +114,7 @@ func NewRedisNotifier(client redis.UniversalClient, o RedisOptions) (*RedisNotif
 // and subscribes again on a new connection, until Close.
 func (n *RedisNotifier) run() {
 	defer close(n.done)
-	bo := resubscribeBackOff()
+	bo := resubscribe.NewBackOff()
 	for {
 		// No channel yet: this makes no connection, so the PubSub is
 		// known to Close before any I/O that Close must interrupt.
@@ -208,16 +209,13 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// resubscribeBackOff paces subscriptions that fail or go silent without
-// a confirmation: from 100 ms, doubling, jittered, up to a second.
-func resubscribeBackOff() *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
+// resubscribe paces subscriptions that fail or go silent without a
+// confirmation: from 100 ms, doubling, jittered, up to a second, for as
+// long as the notifier is open.
+var resubscribe = retryloop.Policy{
+	MaxAttempts: math.MaxInt,
+	Initial:     100 * time.Millisecond, Max: time.Second,
+	Multiplier: 2, RandomizationFactor: 0.5,
 }
 
 // Ready waits until Redis has confirmed the subscription, so that

@@ -18,6 +18,9 @@ func TestShared(t *testing.T) {
 	polls := map[string]bool{
 		"resilience/lock.go": true, // paces the polls of a key another caller holds locked
 		"resilience/many.go": true, // the same, for a batch (lock.go's pollBackOff)
+		// Paces the announcement subscription's reconnections, which go
+		// on until Close; its schedule is a Policy's.
+		"lock/redis_notify.go": true,
 	}
 	root := filepath.Join("..", "..")
 	runs := map[string]bool{} // package directory -> calls retryloop.Run
