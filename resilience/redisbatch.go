@@ -24,15 +24,16 @@ import (
 // caller's, so that a caller can stop waiting for Redis whatever go-redis
 // still does inside Process (a dial, a read that only the client's
 // ReadTimeout ends, a retry). A command may take its budget (the
-// operation timeout, more for a release) from when its batch is sent; a
-// batch carries at most maxBatch commands, so a request's own size never
-// spends it. A command still queued waits as long as Redis keeps
-// answering (the queue of a burst is not a slow Redis), and fails once
-// Redis has answered nothing for its budget, or at once while every
-// sender waits on a batch that Redis has not answered within the
-// operation timeout. A caller whose context ends stops waiting too. A
-// caller that stopped waiting gets a fresh command holding the error,
-// never one the batch may still write to.
+// operation timeout, more for a release) from when its batch is sent,
+// and a batch waiting its turn behind the batcher's others at a busy
+// Redis is not cut short while Redis answers them (see overdue); a batch
+// carries at most maxBatch commands, so a request's own size never spends
+// the budget. A command still queued waits for a sender (the queue of a
+// burst is not a slow Redis), and fails at once while every sender waits
+// on a batch that Redis has not answered within the operation timeout. A
+// caller whose context ends stops waiting too. A caller that stopped
+// waiting gets a fresh command holding the error, never one the batch may
+// still write to.
 //
 // batcher is safe for concurrent use.
 type batcher struct {
@@ -45,10 +46,6 @@ type batcher struct {
 	overrun int // batches in flight that Redis has not answered within the operation timeout
 	// replied is when a round trip last brought a reply from Redis.
 	replied time.Time
-	// watch fails the queued commands that Redis left unanswered for
-	// their budget (see watchQueue); armed while it is set to fire.
-	watch *time.Timer
-	armed bool
 }
 
 const (
@@ -59,7 +56,7 @@ const (
 	// that many lock scripts in a few milliseconds, far within the
 	// default operation timeout, so a GetMany of 100,000 keys goes out
 	// as batches that each fit their budget.
-	maxBatch = 32
+	maxBatch = 128
 )
 
 // errNoReply is the error of a command that Redis did not answer within
@@ -69,7 +66,6 @@ var errNoReply = fmt.Errorf("resilience: redis did not answer within the operati
 type call struct {
 	cmd    redis.Cmder
 	budget time.Duration // how long the command may take once sent, from its ctx
-	queued time.Time
 	done   chan struct{} // closed once the call is over
 	// err, set before done closes, says why cmd does not hold the
 	// result (cmd then belongs to the batch); nil when it does.
@@ -96,7 +92,7 @@ func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
 // the budget, or ctx ended first) and belongs to the batch: the caller
 // reports the error on a fresh command.
 func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
-	c := &call{cmd: cmd, budget: b.budget(ctx), queued: time.Now(), done: make(chan struct{})}
+	c := &call{cmd: cmd, budget: b.budget(ctx), done: make(chan struct{})}
 	b.enqueue([]*call{c})
 	select {
 	case <-c.done:
@@ -133,56 +129,11 @@ func (b *batcher) enqueue(calls []*call) {
 	b.queue = append(b.queue, calls...)
 	start := min(maxSenders-b.senders, (len(b.queue)+maxBatch-1)/maxBatch)
 	b.senders += start
-	if !b.armed {
-		c := b.queue[0]
-		b.arm(time.Until(later(c.queued, b.replied).Add(c.budget)))
-	}
 	b.mu.Unlock()
 	for range start {
 		// The goroutine ends when it finds the queue empty.
 		go b.send()
 	}
-}
-
-// arm sets the queue's watch to fire in d. Caller holds b.mu.
-func (b *batcher) arm(d time.Duration) {
-	b.armed = true
-	if b.watch == nil {
-		b.watch = time.AfterFunc(d, b.watchQueue)
-		return
-	}
-	b.watch.Reset(d)
-}
-
-// watchQueue fails each queued command that Redis left unanswered for its
-// budget while it waited (no round trip brought a reply since it was
-// queued, or for its budget since the last one), and arms itself for the
-// next to come due.
-func (b *batcher) watchQueue() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.armed = false
-	now := time.Now()
-	var next time.Duration
-	kept := b.queue[:0]
-	for _, c := range b.queue {
-		left := c.budget - now.Sub(later(c.queued, b.replied))
-		if left <= 0 {
-			c.fail()
-			continue
-		}
-		if next == 0 || left < next {
-			next = left
-		}
-		kept = append(kept, c)
-	}
-	clear(b.queue[len(kept):])
-	b.queue = kept
-	if len(kept) == 0 {
-		b.queue = nil
-		return
-	}
-	b.arm(next)
 }
 
 func later(a, b time.Time) time.Time {
@@ -218,25 +169,49 @@ type trip struct {
 	sent  time.Time
 	timer *time.Timer
 
-	mu    sync.Mutex // guards ended, late, and the err and done of the calls
+	mu    sync.Mutex // guards the fields below, and the err and done of the calls
 	ended bool       // the round trip returned
 	late  bool       // counted in b.overrun
+	due   time.Time  // when timer was set to fire
+	slips int        // times timer fired late in a row (see schedSlack)
 }
 
-// exec sends one batch, under a context whose deadline is the longest
-// budget of its commands: go-redis bounds its retries and its dials by
-// it, and with ContextTimeoutEnabled its socket reads. A timer frees each
-// caller whose budget passes before the reply.
+// arm sets f's timer to fire in d. Caller holds f.mu.
+func (f *trip) arm(d time.Duration) {
+	f.due = time.Now().Add(d)
+	if f.timer == nil {
+		f.timer = time.AfterFunc(d, f.overdue)
+		return
+	}
+	f.timer.Reset(d)
+}
+
+// schedSlack is how late a timer may fire and still judge Redis. A timer
+// that fires later than that shows that the process itself did not run
+// (a loaded machine, a long GC): a reply may wait in the socket for the
+// sender to read it, so the timer looks again schedSlack later, up to
+// maxSlips times in a row, before it takes the silence for Redis's.
+const (
+	schedSlack = 20 * time.Millisecond
+	maxSlips   = 3
+)
+
+// exec sends one batch. go-redis bounds its retries and its dials by the
+// batch's context, and with ContextTimeoutEnabled its socket reads: its
+// deadline is the longest budget of the commands, at least holdFactor
+// operation timeouts, so that a batch waiting its turn behind others at
+// a busy Redis is not cut short. A timer frees each caller whose budget
+// passes with no reply from Redis (see overdue).
 func (b *batcher) exec(batch []*call) {
-	first, longest := batch[0].budget, batch[0].budget
+	longest := batch[0].budget
 	for _, c := range batch[1:] {
-		first, longest = min(first, c.budget), max(longest, c.budget)
+		longest = max(longest, c.budget)
 	}
 	f := &trip{b: b, batch: batch, sent: time.Now()}
-	ctx, cancel := context.WithTimeout(context.Background(), max(longest, time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), max(longest, holdFactor*b.timeout, time.Millisecond))
 	defer cancel()
 	f.mu.Lock()
-	f.timer = time.AfterFunc(max(min(first, b.timeout), time.Millisecond), f.overdue)
+	f.arm(max(min(longest, b.timeout), time.Millisecond))
 	f.mu.Unlock()
 	if len(batch) == 1 {
 		_ = b.client.Process(ctx, batch[0].cmd)
@@ -250,30 +225,47 @@ func (b *batcher) exec(batch []*call) {
 	f.end()
 }
 
-// overdue runs on f's timer: it frees the callers whose budget has
-// passed; the first time, it counts f as overrun (and once every sender
-// waits on such a batch, fails the queued commands); it sets the timer
-// again for the next budget to pass, if any.
+// holdFactor bounds, in operation timeouts, how long go-redis may hold a
+// batch while Redis keeps answering the batcher's others.
+const holdFactor = 4
+
+// overdue runs on f's timer. A command is overdue once Redis has answered
+// nothing for its budget since f was sent: no reply to f, nor to a batch
+// of this batcher's that ended meanwhile (Redis then works through its
+// queue, which holds the batcher's own commands). It frees the callers of
+// the commands overdue; the first time, it counts f as overrun (and once
+// every sender waits on such a batch, fails the queued commands); it sets
+// the timer again for the next command to come due.
 func (f *trip) overdue() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ended {
 		return
 	}
-	spent := time.Since(f.sent)
+	if time.Since(f.due) > schedSlack && f.slips < maxSlips {
+		f.slips++
+		f.arm(schedSlack)
+		return
+	}
+	f.slips = 0
+	b := f.b
+	b.mu.Lock()
+	spent := time.Since(later(f.sent, b.replied))
+	b.mu.Unlock()
 	var next time.Duration
+	failed := false
 	for _, c := range f.batch {
 		switch {
 		case c.err != nil:
 		case c.budget <= spent:
 			c.fail()
-		case next == 0 || c.budget < next:
-			next = c.budget
+			failed = true
+		case next == 0 || c.budget-spent < next:
+			next = c.budget - spent
 		}
 	}
-	if !f.late {
+	if !f.late && (failed || spent >= b.timeout) {
 		f.late = true
-		b := f.b
 		b.mu.Lock()
 		if b.overrun++; b.overrun == maxSenders {
 			for _, c := range b.queue {
@@ -284,7 +276,7 @@ func (f *trip) overdue() {
 		b.mu.Unlock()
 	}
 	if next > 0 {
-		f.timer.Reset(next - spent)
+		f.arm(min(next, b.timeout))
 	}
 }
 

@@ -103,10 +103,10 @@ func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
 	if len(cmds) == 0 {
 		return nil
 	}
-	budget, now := b.budget(ctx), time.Now()
+	budget := b.budget(ctx)
 	calls := make([]*call, len(cmds))
 	for i, cmd := range cmds {
-		calls[i] = &call{cmd: cmd, budget: budget, queued: now, done: make(chan struct{})}
+		calls[i] = &call{cmd: cmd, budget: budget, done: make(chan struct{})}
 	}
 	b.enqueue(calls)
 	for _, c := range calls {
