@@ -30,9 +30,10 @@ import (
 // carries at most maxBatch commands, so a request's own size never spends
 // the budget. A command still queued waits for a sender (the queue of a
 // burst is not a slow Redis), and fails at once while every sender waits
-// on a batch that Redis has not answered within the operation timeout. A
-// caller whose context ends stops waiting too. A caller that stopped
-// waiting gets a fresh command holding the error, never one the batch may
+// on a batch that Redis has left unanswered for lateFactor operation
+// timeouts. A caller whose context ends stops waiting too. A caller that
+// stopped waiting gets a fresh command holding the error, never one the
+// batch may
 // still write to.
 //
 // batcher is safe for concurrent use.
@@ -43,7 +44,7 @@ type batcher struct {
 	mu      sync.Mutex // guards the fields below
 	queue   []*call
 	senders int // goroutines sending batches; at most maxSenders
-	overrun int // batches in flight that Redis has not answered within the operation timeout
+	overrun int // batches in flight unanswered for lateFactor operation timeouts
 	// replied is when a round trip last brought a reply from Redis.
 	replied time.Time
 }
@@ -115,8 +116,8 @@ func (b *batcher) budget(ctx context.Context) time.Duration {
 }
 
 // enqueue queues calls and starts the senders they need, up to
-// maxSenders. While every sender waits on a batch that Redis did not
-// answer within the operation timeout, the calls fail at once.
+// maxSenders. While every sender waits on a batch that Redis left
+// unanswered for lateFactor operation timeouts, the calls fail at once.
 func (b *batcher) enqueue(calls []*call) {
 	b.mu.Lock()
 	if b.overrun == maxSenders {
@@ -253,18 +254,17 @@ func (f *trip) overdue() {
 	spent := time.Since(later(f.sent, b.replied))
 	b.mu.Unlock()
 	var next time.Duration
-	failed := false
 	for _, c := range f.batch {
 		switch {
 		case c.err != nil:
 		case c.budget <= spent:
 			c.fail()
-			failed = true
 		case next == 0 || c.budget-spent < next:
 			next = c.budget - spent
 		}
 	}
-	if !f.late && (failed || spent >= b.timeout) {
+	lateAfter := lateFactor * b.timeout
+	if !f.late && spent >= lateAfter {
 		f.late = true
 		b.mu.Lock()
 		if b.overrun++; b.overrun == maxSenders {
@@ -275,10 +275,20 @@ func (f *trip) overdue() {
 		}
 		b.mu.Unlock()
 	}
+	if !f.late && (next == 0 || lateAfter-spent < next) {
+		next = lateAfter - spent
+	}
 	if next > 0 {
 		f.arm(min(next, b.timeout))
 	}
 }
+
+// lateFactor is how many operation timeouts a batch may go unanswered
+// before it counts as overrun: while every sender waits on an overrun
+// batch, queued and new commands fail at once. A batch that only missed
+// its budget once (a new connection's handshake on a loaded machine)
+// frees its own callers, but does not fail the others.
+const lateFactor = 2
 
 // end hands each command still waited for its result, and notes whether
 // Redis replied.
