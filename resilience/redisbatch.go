@@ -33,8 +33,7 @@ import (
 // on a batch that Redis has left unanswered for lateFactor operation
 // timeouts. A caller whose context ends stops waiting too. A caller that
 // stopped waiting gets a fresh command holding the error, never one the
-// batch may
-// still write to.
+// batch may still write to.
 //
 // batcher is safe for concurrent use.
 type batcher struct {
