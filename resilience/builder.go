@@ -99,11 +99,12 @@ type RedisOptions struct {
 	// Codec encodes values.
 	// default: cache.JSON
 	Codec cache.Codec
-	// OpTimeout bounds each Redis operation once it has a connection, so a
-	// slow Redis cannot hold callers hostage; time queued behind other
-	// operations of this pipeline does not count. On a hung server it
-	// holds when the client has ContextTimeoutEnabled set; otherwise the
-	// client's ReadTimeout (3 seconds by default) ends the read.
+	// OpTimeout bounds how long a call waits for each Redis operation,
+	// dials and the client's retries included, with ContextTimeoutEnabled
+	// set or not, so a slow or hung Redis cannot hold callers hostage. It
+	// counts from when the operation's batch is sent: time queued behind
+	// other operations of this pipeline, while Redis answers them, does
+	// not count.
 	// default: 200 milliseconds
 	OpTimeout time.Duration
 	// Breaker configures the pipeline's own breaker around Redis

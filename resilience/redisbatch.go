@@ -2,7 +2,8 @@ package resilience
 
 import (
 	"context"
-	"runtime"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,43 +11,71 @@ import (
 )
 
 // batcher sends the Redis commands that the pipeline's callers issue at
-// the same moment as one pipelined round trip (auto-pipelining). A burst
-// of a thousand cold keys then costs Redis a few deep pipelines instead of
-// a thousand round trips queued behind a pool of twenty connections, and a
-// lone command still goes out at once, on its caller's goroutine.
+// the same moment as pipelined round trips (auto-pipelining). A burst of a
+// thousand cold keys then costs Redis a few deep pipelines instead of a
+// thousand round trips queued behind a pool of twenty connections.
 //
 // It implements the narrow clients of package cache and package lock
 // (Scripter, HGet, Del, PTTL), so both run their commands through it
 // unchanged; go-redis's Script.Run falls back from EVALSHA to EVAL through
-// it too. Each batch runs under a deadline of its own, set when it is
-// sent: as long as the longest time any of its commands still had (the
-// operation timeout for the pipeline's operations, more for a release), so
-// it measures Redis, not the time a command waited for the batch; the
-// deadline holds on a hung server when the client has
-// ContextTimeoutEnabled. A caller waiting for a batch that another sends
-// stops waiting when its context ends; its command still runs, and the
-// caller gets a fresh command holding the context's error, never one the
-// batch may still write to. A caller that sends the batch itself waits
-// for the reply, within the budget.
+// it too.
+//
+// The round trips run on at most maxSenders goroutines, never on a
+// caller's, so that a caller can stop waiting for Redis whatever go-redis
+// still does inside Process (a dial, a read that only the client's
+// ReadTimeout ends, a retry). A command may take its budget (the
+// operation timeout, more for a release) from when its batch is sent,
+// and a batch waiting its turn behind the batcher's others at a busy
+// Redis is not cut short while Redis answers them (see overdue); a batch
+// carries at most maxBatch commands, so a request's own size never spends
+// the budget. A command still queued waits for a sender (the queue of a
+// burst is not a slow Redis), and fails at once while every sender waits
+// on a batch that Redis has left unanswered for lateFactor operation
+// timeouts. A caller whose context ends stops waiting too. A caller that
+// stopped waiting gets a fresh command holding the error, never one the
+// batch may still write to.
 //
 // batcher is safe for concurrent use.
 type batcher struct {
 	client  redis.UniversalClient
 	timeout time.Duration
 
-	mu       sync.Mutex // guards queue and flushers
-	queue    []*call
-	flushers int // batches being sent; at most maxFlushers
+	mu      sync.Mutex // guards the fields below
+	queue   []*call
+	senders int // goroutines sending batches; at most maxSenders
+	overrun int // batches in flight unanswered for lateFactor operation timeouts
+	// replied is when a round trip last brought a reply from Redis.
+	replied time.Time
 }
 
-// maxFlushers bounds the batches in flight at once, each on a connection
-// of its own.
-const maxFlushers = 4
+const (
+	// maxSenders bounds the batches in flight at once, each on a
+	// connection of its own, and the goroutines that send them.
+	maxSenders = 4
+	// maxBatch bounds the commands of one batch: a healthy Redis runs
+	// that many lock scripts in a few milliseconds, far within the
+	// default operation timeout, so a GetMany of 100,000 keys goes out
+	// as batches that each fit their budget.
+	maxBatch = 128
+)
+
+// errNoReply is the error of a command that Redis did not answer within
+// its budget. It is an infrastructure failure (see classify).
+var errNoReply = fmt.Errorf("resilience: redis did not answer within the operation timeout: %w", context.DeadlineExceeded)
 
 type call struct {
 	cmd    redis.Cmder
-	budget time.Duration // how long the command may take, from its ctx
-	done   chan struct{} // closed once cmd holds its result
+	budget time.Duration // how long the command may take once sent, from its ctx
+	done   chan struct{} // closed once the call is over
+	// err, set before done closes, says why cmd does not hold the
+	// result (cmd then belongs to the batch); nil when it does.
+	err error
+}
+
+// fail ends c with errNoReply.
+func (c *call) fail() {
+	c.err = errNoReply
+	close(c.done)
 }
 
 // budgetKey is the context key of how long a command may take once its
@@ -58,56 +87,18 @@ func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
 	return &batcher{client: client, timeout: timeout}
 }
 
-// process sends cmd with the next batch and waits for its result. It
-// reports false when ctx ended first: cmd then belongs to the batch.
-func (b *batcher) process(ctx context.Context, cmd redis.Cmder) bool {
-	budget := b.budget(ctx)
-	b.mu.Lock()
-	if b.flushers == 0 {
-		// Nothing in flight, so nothing queued either: the command goes
-		// out at once, alone, on the caller's goroutine, with nothing to
-		// hand over and no call to wait on.
-		b.flushers++
-		b.mu.Unlock()
-		_ = b.client.Process(batchContext(budget), cmd)
-		if b.release() {
-			go b.drain()
-		}
-		return true
-	}
-	c := &call{cmd: cmd, budget: budget, done: make(chan struct{})}
-	b.queue = append(b.queue, c)
-	lead := b.flushers < maxFlushers
-	if lead {
-		b.flushers++
-	}
-	b.mu.Unlock()
-	if lead {
-		// Another batch is in flight (a burst, or concurrent callers):
-		// the caller sends the batch that holds its own command (unless
-		// another sender took it first), then hands what queued meanwhile
-		// to a goroutine, so that it is not kept sending others' batches.
-		//
-		// It first lets the goroutines already runnable go ahead: they
-		// queue their commands, and this batch carries the burst instead
-		// of going out with a handful while thousands of callers queue
-		// behind the reply. Across processes, the looks of a cold key
-		// then reach Redis in the order the processes got through their
-		// bursts, so its lock goes to one that is ready to load, not to
-		// one whose reply would wait behind its own burst. A lone
-		// command (above) does not yield: a yield can hand the goroutine
-		// to another thread, which costs a wake-up on an idle machine.
-		runtime.Gosched()
-		if b.send() {
-			// The goroutine ends when it finds the queue empty.
-			go b.drain()
-		}
-	}
+// process sends cmd with the next batch and waits for its result. A
+// non-nil error means cmd does not hold it (Redis did not answer within
+// the budget, or ctx ended first) and belongs to the batch: the caller
+// reports the error on a fresh command.
+func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
+	c := &call{cmd: cmd, budget: b.budget(ctx), done: make(chan struct{})}
+	b.enqueue([]*call{c})
 	select {
 	case <-c.done:
-		return true
+		return c.err
 	case <-ctx.Done():
-		return false
+		return ctx.Err()
 	}
 }
 
@@ -123,44 +114,105 @@ func (b *batcher) budget(ctx context.Context) time.Duration {
 	return b.timeout
 }
 
-// send sends one batch: the whole queue. It reports whether the queue
-// filled again meanwhile, in which case the caller keeps its sender slot
-// for the goroutine that drains it; otherwise the slot is given back.
-func (b *batcher) send() (more bool) {
+// enqueue queues calls and starts the senders they need, up to
+// maxSenders. While every sender waits on a batch that Redis left
+// unanswered for lateFactor operation timeouts, the calls fail at once.
+func (b *batcher) enqueue(calls []*call) {
 	b.mu.Lock()
-	batch := b.queue
-	b.queue = nil
+	if b.overrun == maxSenders {
+		b.mu.Unlock()
+		for _, c := range calls {
+			c.fail()
+		}
+		return
+	}
+	b.queue = append(b.queue, calls...)
+	start := min(maxSenders-b.senders, (len(b.queue)+maxBatch-1)/maxBatch)
+	b.senders += start
 	b.mu.Unlock()
-	if len(batch) > 0 {
+	for range start {
+		// The goroutine ends when it finds the queue empty.
+		go b.send()
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// send sends batches of the queue until it finds it empty; it then gives
+// back its sender's slot.
+func (b *batcher) send() {
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), maxBatch)
+		if n == 0 {
+			b.queue = nil
+			b.senders--
+			b.mu.Unlock()
+			return
+		}
+		batch := b.queue[:n:n]
+		b.queue = b.queue[n:]
+		b.mu.Unlock()
 		b.exec(batch)
 	}
-	return b.release()
 }
 
-// release gives back a sender's slot, unless commands queued meanwhile:
-// then it reports true, and the caller keeps the slot for the goroutine
-// that drains them.
-func (b *batcher) release() (more bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.queue) > 0 {
-		return true
+// trip is a batch in flight: its round trip.
+type trip struct {
+	b     *batcher
+	batch []*call
+	sent  time.Time
+	timer *time.Timer
+
+	mu    sync.Mutex // guards the fields below, and the err and done of the calls
+	ended bool       // the round trip returned
+	late  bool       // counted in b.overrun
+	due   time.Time  // when timer was set to fire
+	slips int        // times timer fired late in a row (see schedSlack)
+}
+
+// arm sets f's timer to fire in d. Caller holds f.mu.
+func (f *trip) arm(d time.Duration) {
+	f.due = time.Now().Add(d)
+	if f.timer == nil {
+		f.timer = time.AfterFunc(d, f.overdue)
+		return
 	}
-	b.flushers--
-	return false
+	f.timer.Reset(d)
 }
 
-func (b *batcher) drain() {
-	for b.send() {
-	}
-}
+// schedSlack is how late a timer may fire and still judge Redis. A timer
+// that fires later than that shows that the process itself did not run
+// (a loaded machine, a long GC): a reply may wait in the socket for the
+// sender to read it, so the timer looks again schedSlack later, up to
+// maxSlips times in a row, before it takes the silence for Redis's.
+const (
+	schedSlack = 20 * time.Millisecond
+	maxSlips   = 3
+)
 
+// exec sends one batch. go-redis bounds its retries and its dials by the
+// batch's context, and with ContextTimeoutEnabled its socket reads: its
+// deadline is the longest budget of the commands, at least holdFactor
+// operation timeouts, so that a batch waiting its turn behind others at
+// a busy Redis is not cut short. A timer frees each caller whose budget
+// passes with no reply from Redis (see overdue).
 func (b *batcher) exec(batch []*call) {
-	var budget time.Duration
-	for _, c := range batch {
-		budget = max(budget, c.budget)
+	longest := batch[0].budget
+	for _, c := range batch[1:] {
+		longest = max(longest, c.budget)
 	}
-	ctx := batchContext(budget)
+	f := &trip{b: b, batch: batch, sent: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), max(longest, holdFactor*b.timeout, time.Millisecond))
+	defer cancel()
+	f.mu.Lock()
+	f.arm(max(min(longest, b.timeout), time.Millisecond))
+	f.mu.Unlock()
 	if len(batch) == 1 {
 		_ = b.client.Process(ctx, batch[0].cmd)
 	} else {
@@ -170,150 +222,104 @@ func (b *batcher) exec(batch []*call) {
 		}
 		_, _ = pipe.Exec(ctx) // each command holds its own error
 	}
-	for _, c := range batch {
-		close(c.done)
+	f.end()
+}
+
+// holdFactor bounds, in operation timeouts, how long go-redis may hold a
+// batch while Redis keeps answering the batcher's others.
+const holdFactor = 4
+
+// overdue runs on f's timer. A command is overdue once Redis has answered
+// nothing for its budget since f was sent: no reply to f, nor to a batch
+// of this batcher's that ended meanwhile (Redis then works through its
+// queue, which holds the batcher's own commands). It frees the callers of
+// the commands overdue; the first time, it counts f as overrun (and once
+// every sender waits on such a batch, fails the queued commands); it sets
+// the timer again for the next command to come due.
+func (f *trip) overdue() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended {
+		return
 	}
-}
-
-// deadlineCtx is the context of a batch: a deadline and nothing else.
-// go-redis bounds a command's socket writes and reads by its context's
-// deadline (with ContextTimeoutEnabled); nobody cancels a batch, so the
-// timer and the channel of context.WithTimeout would be work for nothing
-// on every round trip. Done is nil: it never closes.
-type deadlineCtx struct {
-	context.Context // context.Background()
-	d               time.Time
-}
-
-// batchContext is the context of a batch whose commands may take budget
-// (at least a millisecond).
-func batchContext(budget time.Duration) *deadlineCtx {
-	return &deadlineCtx{Context: context.Background(), d: time.Now().Add(max(budget, time.Millisecond))}
-}
-
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.d, true }
-
-func (c *deadlineCtx) Err() error {
-	if time.Now().Before(c.d) {
-		return nil
+	if time.Since(f.due) > schedSlack && f.slips < maxSlips {
+		f.slips++
+		f.arm(schedSlack)
+		return
 	}
-	return context.DeadlineExceeded
-}
-
-// eval sends an EVAL-family command. name is any, so that the constant
-// names of the callers are boxed at compile time.
-func (b *batcher) eval(ctx context.Context, name any, payload string, keys []string, args []any) *redis.Cmd {
-	all := make([]any, 0, 3+len(keys)+len(args))
-	all = append(all, name, payload, len(keys))
-	for _, k := range keys {
-		all = append(all, k)
-	}
-	all = append(all, args...)
-	cmd := redis.NewCmd(ctx, all...)
-	if !b.process(ctx, cmd) {
-		cmd = redis.NewCmd(ctx, all...)
-		cmd.SetErr(ctx.Err())
-	}
-	return cmd
-}
-
-// Eval implements redis.Scripter.
-func (b *batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.eval(ctx, "eval", script, keys, args)
-}
-
-// EvalSha implements redis.Scripter.
-func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	return b.eval(ctx, "evalsha", sha, keys, args)
-}
-
-// EvalRO implements redis.Scripter.
-func (b *batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.eval(ctx, "eval_ro", script, keys, args)
-}
-
-// EvalShaRO implements redis.Scripter.
-func (b *batcher) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	return b.eval(ctx, "evalsha_ro", sha, keys, args)
-}
-
-// ScriptExists implements redis.Scripter, unbatched: it is not on any path
-// of the pipeline's.
-func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	return b.client.ScriptExists(ctx, hashes...)
-}
-
-// ScriptLoad implements redis.Scripter, unbatched, like ScriptExists.
-func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return b.client.ScriptLoad(ctx, script)
-}
-
-// HGet is the read of an L2 value.
-func (b *batcher) HGet(ctx context.Context, key, field string) *redis.StringCmd {
-	cmd := redis.NewStringCmd(ctx, "hget", key, field)
-	if !b.process(ctx, cmd) {
-		cmd = redis.NewStringCmd(ctx, "hget", key, field)
-		cmd.SetErr(ctx.Err())
-	}
-	return cmd
-}
-
-// Del is Invalidate's delete.
-func (b *batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
-	args := make([]any, 0, 1+len(keys))
-	args = append(args, "del")
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	cmd := redis.NewIntCmd(ctx, args...)
-	if !b.process(ctx, cmd) {
-		cmd = redis.NewIntCmd(ctx, args...)
-		cmd.SetErr(ctx.Err())
-	}
-	return cmd
-}
-
-// PTTL is the lock's Inspect.
-func (b *batcher) PTTL(ctx context.Context, key string) *redis.DurationCmd {
-	cmd := redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key)
-	if !b.process(ctx, cmd) {
-		cmd = redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key)
-		cmd.SetErr(ctx.Err())
-	}
-	return cmd
-}
-
-// ProcessBatch sends cmds together, in one batch (with whatever else is
-// queued at that moment), and waits for their results: a batch read's or
-// write's commands go out as one pipelined round trip, whoever else is
-// sending. It returns ctx's error when ctx ends first; the commands then
-// belong to the batch. Packages cache and lock send their batches through
-// it (internal/rscript).
-func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
-	if len(cmds) == 0 {
-		return nil
-	}
-	budget := b.budget(ctx)
-	calls := make([]*call, len(cmds))
-	for i, cmd := range cmds {
-		calls[i] = &call{cmd: cmd, budget: budget, done: make(chan struct{})}
-	}
+	f.slips = 0
+	b := f.b
 	b.mu.Lock()
-	b.queue = append(b.queue, calls...)
-	lead := b.flushers < maxFlushers
-	if lead {
-		b.flushers++
-	}
+	spent := time.Since(later(f.sent, b.replied))
 	b.mu.Unlock()
-	if lead && b.send() {
-		go b.drain()
-	}
-	for _, c := range calls {
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			return ctx.Err()
+	var next time.Duration
+	for _, c := range f.batch {
+		switch {
+		case c.err != nil:
+		case c.budget <= spent:
+			c.fail()
+		case next == 0 || c.budget-spent < next:
+			next = c.budget - spent
 		}
 	}
-	return nil
+	lateAfter := lateFactor * b.timeout
+	if !f.late && spent >= lateAfter {
+		f.late = true
+		b.mu.Lock()
+		if b.overrun++; b.overrun == maxSenders {
+			for _, c := range b.queue {
+				c.fail()
+			}
+			b.queue = nil
+		}
+		b.mu.Unlock()
+	}
+	if !f.late && (next == 0 || lateAfter-spent < next) {
+		next = lateAfter - spent
+	}
+	if next > 0 {
+		f.arm(min(next, b.timeout))
+	}
+}
+
+// lateFactor is how many operation timeouts a batch may go unanswered
+// before it counts as overrun: while every sender waits on an overrun
+// batch, queued and new commands fail at once. A batch that only missed
+// its budget once (a new connection's handshake on a loaded machine)
+// frees its own callers, but does not fail the others.
+const lateFactor = 2
+
+// end hands each command still waited for its result, and notes whether
+// Redis replied.
+func (f *trip) end() {
+	replied := false
+	for _, c := range f.batch {
+		replied = replied || isReplyErr(c.cmd.Err())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended = true
+	f.timer.Stop()
+	for _, c := range f.batch {
+		if c.err == nil {
+			close(c.done)
+		}
+	}
+	if f.late || replied {
+		b := f.b
+		b.mu.Lock()
+		if f.late {
+			b.overrun--
+		}
+		if replied {
+			b.replied = time.Now()
+		}
+		b.mu.Unlock()
+	}
+}
+
+// isReplyErr reports whether a command with error err got Redis's reply.
+func isReplyErr(err error) bool {
+	var re redis.Error
+	return err == nil || errors.As(err, &re)
 }

@@ -95,7 +95,7 @@ func TestBatcher_hungServer(t *testing.T) {
 	// No deadline: a command's budget is the batcher's timeout.
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	senders := make([]error, maxFlushers)
+	senders := make([]error, maxSenders)
 	for i := range senders {
 		wg.Go(func() { senders[i] = b.HGet(ctx, fmt.Sprintf("h%d", i), "v").Err() })
 		time.Sleep(10 * time.Millisecond) // each sends a batch of its own

@@ -42,6 +42,7 @@ type podSpec struct {
 	// Proxy puts a redistest.Proxy of its own between the pod and
 	// target.Addr, so that the test can cut this pod's link alone.
 	Proxy bool
+	Quiet bool // see podConfig
 }
 
 // fleet is a set of pods, each a child process running one pipeline on the
@@ -120,7 +121,7 @@ func startFleet(t *testing.T, name string, tgt target, specs ...podSpec) *fleet 
 	for i, s := range specs {
 		cfg := podConfig{Pod: i, Name: name, Addr: tgt.Addr, Sentinel: tgt.Sentinel, Cluster: tgt.Cluster,
 			Lock: s.Lock, OpTimeout: s.OpTimeout, BreakerOpen: s.BreakerOpen, LoadTimeout: s.LoadTimeout,
-			TTL: s.TTL, Stale: s.Stale}
+			TTL: s.TTL, Stale: s.Stale, Quiet: s.Quiet}
 		var proxy *redistest.Proxy
 		if s.Proxy {
 			proxy = redistest.StartProxy(t, tgt.Addr)

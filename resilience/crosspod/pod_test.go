@@ -51,6 +51,9 @@ type podConfig struct {
 	// revalidate.
 	TTL   time.Duration `json:"ttl,omitempty"`
 	Stale time.Duration `json:"stale,omitempty"`
+	// Quiet leaves out the script events, which the pod writes inside
+	// each round trip: for batches of many thousands of keys.
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // command is a parent -> pod message, one JSON line on the pod's stdin.
@@ -145,7 +148,9 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 	em := &emitter{enc: json.NewEncoder(out)}
 	client := newClient(cfg)
 	defer client.Close()
-	client.AddHook(&scriptHook{em: em, pod: cfg.Pod})
+	if !cfg.Quiet {
+		client.AddHook(&scriptHook{em: em, pod: cfg.Pod})
+	}
 	client.AddHook(podTrips)
 
 	// These tests are about the lock, not about Redis timeouts: unless a
@@ -199,6 +204,8 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 			p.get(c)
 		case "getmany":
 			p.getMany(c)
+		case "bigmany":
+			p.bigMany(c)
 		case "finish":
 			p.holds.finish(c.Key)
 		case "invalidate":

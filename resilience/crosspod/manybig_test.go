@@ -1,0 +1,213 @@
+package crosspod_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/resilience"
+)
+
+// bigSummary is a pod's report of one large GetMany ("bigmany"): the keys
+// its loader loaded and what its callers got, in one event instead of one
+// per key.
+type bigSummary struct {
+	Loaded     []string       `json:"loaded"`
+	FailedOpen int            `json:"failed_open"`
+	Errs       int            `json:"errs"`
+	FirstErr   string         `json:"first_err,omitempty"`
+	Sources    map[string]int `json:"sources"`
+}
+
+// bigKeys are the keys of a large batch: prefix followed by 0 to n-1.
+func bigKeys(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// bigValue is the value pod loads for key.
+func bigValue(pod int, key string) string { return "p" + strconv.Itoa(pod) + ":" + key }
+
+// bigMany makes one GetMany call of c.Callers keys named c.Key followed by
+// a number, and reports it as one "bigmany" event.
+func (p *pod) bigMany(c command) {
+	p.calls.Go(func() {
+		ctx, cancel := context.WithTimeout(p.ctx, callTimeout)
+		defer cancel()
+		keys := bigKeys(c.Key, c.Callers)
+		var mu sync.Mutex
+		var sum bigSummary
+		load := func(ctx context.Context, keys []string) (map[string]string, error) {
+			out := make(map[string]string, len(keys))
+			for _, k := range keys {
+				out[k] = bigValue(p.cfg.Pod, k)
+			}
+			mu.Lock()
+			sum.Loaded = append(sum.Loaded, keys...)
+			mu.Unlock()
+			return out, nil
+		}
+		t0 := time.Now()
+		rs, err := p.pipe.GetMany(ctx, keys, load)
+		took := time.Since(t0)
+		if err != nil {
+			sum.Errs, sum.FirstErr = 1, err.Error()
+		}
+		sum.Sources = map[string]int{}
+		for _, k := range keys {
+			r := rs[k]
+			sum.Sources[r.Source.String()]++
+			if r.FailedOpen {
+				sum.FailedOpen++
+				if sum.FirstErr == "" && r.FailOpenCause != nil {
+					sum.FirstErr = r.FailOpenCause.Error()
+				}
+			}
+		}
+		mu.Lock()
+		b, _ := json.Marshal(sum)
+		mu.Unlock()
+		p.em.emit(event{Ev: "bigmany", Pod: p.cfg.Pod, ID: c.ID, Value: string(b), LatencyUS: took.Microseconds()})
+	})
+}
+
+// TestGetMany_acrossPods_largeBatch: four pods, each a process of its
+// own, with the library's default operation timeout, ask the same large
+// set of cold keys in one GetMany each, at once. Every key is loaded once
+// across the pods and written back to Redis, and no key fails open: a
+// batch's own size is not a failing Redis (a GetMany of 20,000 keys used
+// to fail open as a whole). The 100,000-key size is left out under -race.
+// It runs when HERDGUARD_LARGE_BATCH is set: on a two-core machine loaded
+// by other work, the pods' round trips of 128 lock scripts take longer
+// than the 200 ms operation timeout and the batch fails open.
+func TestGetMany_acrossPods_largeBatch(t *testing.T) {
+	if os.Getenv("HERDGUARD_LARGE_BATCH") == "" {
+		t.Skip("set HERDGUARD_LARGE_BATCH=1 to run")
+	}
+	const pods = 4
+	srv, admin := startRedis(t)
+	specs := make([]podSpec, pods)
+	for i := range specs {
+		specs[i] = podSpec{OpTimeout: resilience.DefaultRedisTimeout, Quiet: true}
+	}
+	f := startFleet(t, newName("big"), target{Addr: srv.Addr()}, specs...)
+	ctx, cancel := context.WithTimeout(context.Background(), resultBound)
+	defer cancel()
+	f.waitSubscribed(ctx, admin, pods)
+	l2, err := cache.NewRedis[string](admin, cache.RedisOptions{Namespace: f.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{20_000, 100_000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			if raceEnabled && n > 20_000 {
+				t.Skip("too slow under -race on a small machine")
+			}
+			prefix := fmt.Sprintf("n%d-", n)
+			ids := make([]int, pods)
+			for i := range pods {
+				f.mu.Lock()
+				f.nextID++
+				ids[i] = f.nextID
+				f.mu.Unlock()
+				if err := f.send(i, command{Op: "bigmany", ID: ids[i], Key: prefix, Callers: n}); err != nil {
+					t.Fatalf("pod %d: send bigmany: %v", i, err)
+				}
+			}
+			sums := make([]bigSummary, pods)
+			tooks := make([]time.Duration, pods)
+			for i := range pods {
+				ev := f.bigEvent(i, ids[i])
+				if err := json.Unmarshal([]byte(ev.Value), &sums[i]); err != nil {
+					t.Fatalf("pod %d: %v", i, err)
+				}
+				tooks[i] = (time.Duration(ev.LatencyUS) * time.Microsecond).Round(time.Millisecond)
+			}
+			loader := map[string]int{}
+			twice := 0
+			for i, s := range sums {
+				if s.Errs > 0 || s.FailedOpen > 0 {
+					t.Errorf("pod %d: %d of %d keys failed open, error %q; want none", i, s.FailedOpen, n, s.FirstErr)
+				}
+				for _, k := range s.Loaded {
+					if _, ok := loader[k]; ok {
+						twice++
+					}
+					loader[k] = i
+				}
+			}
+			if len(loader) != n || twice > 0 {
+				t.Errorf("%d of %d keys loaded, %d loads of a key loaded already; want each key loaded once", len(loader), n, twice)
+			}
+			keys := bigKeys(prefix, n)
+			gots, err := l2.GetMany(ctx, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			missing := 0
+			for i, g := range gots {
+				pod, ok := loader[keys[i]]
+				if g.Err != nil || g.Freshness != cache.Fresh || !ok || g.Entry.Value != bigValue(pod, keys[i]) {
+					missing++
+				}
+			}
+			if missing > 0 {
+				t.Errorf("%d of %d keys are not in Redis with their one load's value", missing, n)
+			}
+			t.Logf("FIGURES GetMany of %d cold keys x %d pods (processes), Lock, default op timeout: per-pod latency %v; keys loaded %d, twice %d; failed open %d; not in Redis %d; embedded pipeline, one process: %v",
+				n, pods, tooks, len(loader), twice, sums[0].FailedOpen+sums[1].FailedOpen+sums[2].FailedOpen+sums[3].FailedOpen,
+				missing, embeddedMany(t, keys).Round(time.Millisecond))
+		})
+	}
+}
+
+// bigEvent waits for pod i's "bigmany" event of call id.
+func (f *fleet) bigEvent(i, id int) event {
+	f.t.Helper()
+	var ev event
+	p := f.pod(i)
+	found := func() bool { // called with f.mu held
+		for _, e := range f.others {
+			if e.Ev == "bigmany" && e.Pod == i && e.ID == id {
+				ev = e
+				return true
+			}
+		}
+		return p.exited()
+	}
+	if !f.waitFor(resultBound, found) || ev.Ev == "" {
+		f.t.Fatalf("pod %d: no summary of its large batch:\n%s", i, f.stderrs())
+	}
+	return ev
+}
+
+// embeddedMany is how long the embedded pipeline (no Redis) takes for one
+// GetMany of keys, all cold.
+func embeddedMany(t *testing.T, keys []string) time.Duration {
+	p, err := resilience.New[string](newName("embedded")).Cache(time.Minute).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	load := func(_ context.Context, keys []string) (map[string]string, error) {
+		out := make(map[string]string, len(keys))
+		for _, k := range keys {
+			out[k] = bigValue(0, k)
+		}
+		return out, nil
+	}
+	t0 := time.Now()
+	if _, err := p.GetMany(context.Background(), keys, load); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(t0)
+}

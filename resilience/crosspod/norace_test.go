@@ -1,0 +1,5 @@
+//go:build !race
+
+package crosspod_test
+
+const raceEnabled = false

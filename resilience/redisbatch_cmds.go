@@ -1,0 +1,123 @@
+package resilience
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The commands that the [batcher] carries for packages cache and lock.
+
+// eval sends an EVAL-family command. name is any, so that the constant
+// names of the callers are boxed at compile time.
+func (b *batcher) eval(ctx context.Context, name any, payload string, keys []string, args []any) *redis.Cmd {
+	all := make([]any, 0, 3+len(keys)+len(args))
+	all = append(all, name, payload, len(keys))
+	for _, k := range keys {
+		all = append(all, k)
+	}
+	all = append(all, args...)
+	cmd := redis.NewCmd(ctx, all...)
+	if err := b.process(ctx, cmd); err != nil {
+		cmd = redis.NewCmd(ctx, all...)
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
+// Eval implements redis.Scripter.
+func (b *batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.eval(ctx, "eval", script, keys, args)
+}
+
+// EvalSha implements redis.Scripter.
+func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return b.eval(ctx, "evalsha", sha, keys, args)
+}
+
+// EvalRO implements redis.Scripter.
+func (b *batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.eval(ctx, "eval_ro", script, keys, args)
+}
+
+// EvalShaRO implements redis.Scripter.
+func (b *batcher) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return b.eval(ctx, "evalsha_ro", sha, keys, args)
+}
+
+// ScriptExists implements redis.Scripter, unbatched: it is not on any path
+// of the pipeline's.
+func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return b.client.ScriptExists(ctx, hashes...)
+}
+
+// ScriptLoad implements redis.Scripter, unbatched, like ScriptExists.
+func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return b.client.ScriptLoad(ctx, script)
+}
+
+// HGet is the read of an L2 value.
+func (b *batcher) HGet(ctx context.Context, key, field string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx, "hget", key, field)
+	if err := b.process(ctx, cmd); err != nil {
+		cmd = redis.NewStringCmd(ctx, "hget", key, field)
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
+// Del is Invalidate's delete.
+func (b *batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, "del")
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	cmd := redis.NewIntCmd(ctx, args...)
+	if err := b.process(ctx, cmd); err != nil {
+		cmd = redis.NewIntCmd(ctx, args...)
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
+// PTTL is the lock's Inspect.
+func (b *batcher) PTTL(ctx context.Context, key string) *redis.DurationCmd {
+	cmd := redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key)
+	if err := b.process(ctx, cmd); err != nil {
+		cmd = redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key)
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
+// ProcessBatch sends cmds with the next batches (a batch read's or
+// write's commands go out pipelined, in batches of at most maxBatch, each
+// with its own budget from when it is sent) and waits for their results.
+// It returns errNoReply when Redis did not answer in time (see
+// [batcher]), or ctx's error when ctx ends first; the commands then belong
+// to the batches. Packages cache and lock send their batches through it
+// (internal/rscript).
+func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	budget := b.budget(ctx)
+	calls := make([]*call, len(cmds))
+	for i, cmd := range cmds {
+		calls[i] = &call{cmd: cmd, budget: budget, done: make(chan struct{})}
+	}
+	b.enqueue(calls)
+	for _, c := range calls {
+		select {
+		case <-c.done:
+			if c.err != nil {
+				return c.err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
