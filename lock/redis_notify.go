@@ -82,9 +82,6 @@ const (
 	NotifierDeadAfter = 3 * NotifierPingInterval
 )
 
-// errSilent ends a subscription that carried no byte for NotifierDeadAfter.
-var errSilent = errors.New("lock: subscription silent")
-
 // NewRedisNotifier starts the goroutine that subscribes to the
 // announcement channel of o.Namespace, checks the subscription and
 // delivers its messages; [RedisNotifier.Close] stops it. It does not wait

@@ -116,15 +116,13 @@ func (b *batcher) budget(ctx context.Context) time.Duration {
 
 // enqueue queues calls and starts the senders they need, up to
 // maxSenders. While every sender waits on a batch that Redis left
-// unanswered for lateFactor operation timeouts, the calls fail at once.
+// unanswered for lateFactor operation timeouts, the calls fail at once,
+// but for those with a longer budget than the operation timeout (see
+// failPrompt).
 func (b *batcher) enqueue(calls []*call) {
 	b.mu.Lock()
 	if b.overrun == maxSenders {
-		b.mu.Unlock()
-		for _, c := range calls {
-			c.fail()
-		}
-		return
+		calls = failPrompt(calls, b.timeout)
 	}
 	b.queue = append(b.queue, calls...)
 	start := min(maxSenders-b.senders, (len(b.queue)+maxBatch-1)/maxBatch)
@@ -134,6 +132,22 @@ func (b *batcher) enqueue(calls []*call) {
 		// The goroutine ends when it finds the queue empty.
 		go b.send()
 	}
+}
+
+// failPrompt fails the calls whose budget is the operation timeout or
+// less, and returns the others: a release (which has a budget of its own,
+// [releaseTimeout]) waits for a sender, however long Redis was silent,
+// since a lock left behind holds every pod until its lease ends.
+func failPrompt(calls []*call, timeout time.Duration) []*call {
+	var kept []*call
+	for _, c := range calls {
+		if c.budget <= timeout {
+			c.fail()
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	return kept
 }
 
 func later(a, b time.Time) time.Time {
@@ -267,10 +281,7 @@ func (f *trip) overdue() {
 		f.late = true
 		b.mu.Lock()
 		if b.overrun++; b.overrun == maxSenders {
-			for _, c := range b.queue {
-				c.fail()
-			}
-			b.queue = nil
+			b.queue = failPrompt(b.queue, b.timeout)
 		}
 		b.mu.Unlock()
 	}

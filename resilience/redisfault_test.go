@@ -19,7 +19,7 @@ import (
 // ReadTimeout 3 s, DialTimeout 5 s), with ContextTimeoutEnabled off (the
 // client's default) and on, and with the library's defaults (a 200 ms
 // operation timeout). Each fault (Redis not started, killed, paused with
-// SIGSTOP, slowed by a proxy) lasts several seconds while callers ask for
+// SIGSTOP, black-holed or slowed by a proxy) lasts several seconds while callers ask for
 // new keys; each call must fail open (its loader ran) within the
 // operation timeout, the loader and a margin, where go-redis alone holds
 // a call for seconds. Once the fault ends, two pods are back to locked
@@ -37,7 +37,7 @@ const (
 	// ReadTimeout, so that go-redis retries a timed-out read.
 	faultLasts = 4 * time.Second
 	// recoverWithin bounds how long after a fault the pods take to be
-	// back to clean rounds: the breaker's open time (5 s) and a probe.
+	// back to clean rounds: the breaker's open time (1 s) and a probe.
 	recoverWithin = 15 * time.Second
 )
 
@@ -67,6 +67,9 @@ var faults = []fault{
 	{name: "paused",
 		start: func(t *testing.T, srv *redistest.Server, _ *redistest.Proxy) { must(t, srv.Pause()) },
 		end:   func(t *testing.T, srv *redistest.Server, _ *redistest.Proxy) { must(t, srv.Resume()) }},
+	{name: "blackhole", viaProxy: true,
+		start: func(_ *testing.T, _ *redistest.Server, px *redistest.Proxy) { px.Blackhole() },
+		end:   func(_ *testing.T, _ *redistest.Server, px *redistest.Proxy) { px.Restore() }},
 	{name: "latency1s", viaProxy: true,
 		start: func(_ *testing.T, _ *redistest.Server, px *redistest.Proxy) { px.Delay(time.Second) },
 		end:   func(_ *testing.T, _ *redistest.Server, px *redistest.Proxy) { px.Delay(0) }},
