@@ -20,7 +20,7 @@ import (
 
 // schemaVersion marks a schema that Migrate completed; a new version of
 // schema.sql gets a new mark, so that processes migrate it once.
-const schemaVersion = "herdguard postgres schema 1"
+const schemaVersion = "herdguard postgres schema 2"
 
 //go:embed schema.sql
 var schemaSource string
@@ -38,6 +38,8 @@ type Backend struct {
 	q    queries
 	// listen configures the LISTEN connections.
 	listen *pgx.ConnConfig
+	// ext sends the lock's beats, many to a statement.
+	ext *extender
 	// lockID is the advisory lock key that serializes Migrate.
 	lockID int64
 
@@ -67,9 +69,11 @@ func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 		}
 	}
 	sum := sha256.Sum256([]byte("herdguard migrate " + o.Schema + "." + o.Prefix))
-	return &Backend{pool: pool, busy: make(chan struct{}, max(pool.Config().MaxConns-1, 1)), o: o, q: newQueries(o), listen: listen,
+	b := &Backend{pool: pool, busy: make(chan struct{}, max(pool.Config().MaxConns-1, 1)), o: o, q: newQueries(o), listen: listen,
 		lockID:    int64(binary.BigEndian.Uint64(sum[:8])),
-		migrating: make(chan struct{}, 1)}, nil
+		migrating: make(chan struct{}, 1)}
+	b.ext = &extender{b: b}
+	return b, nil
 }
 
 // System returns "postgresql", the OpenTelemetry db.system.name of the
@@ -195,7 +199,7 @@ type queries struct {
 	schema, version                             string
 	lockT, valueT                               string // the tables' qualified names
 	acquire, save, nextFence                    string
-	load, extend, release, inspect              string
+	load, extendMany, release, inspect          string
 	sweepValues, sweepLocks, notify, listenName string
 }
 
@@ -211,6 +215,7 @@ func newQueries(o Options) queries {
 		"{value_until}", pgx.Identifier{o.Prefix + "value_until"}.Sanitize(),
 		"{clock_us}", name("clock_us"), "{acquire}", name("acquire"),
 		"{save}", name("save"), "{next_fence}", name("next_fence"),
+		"{extend_many}", name("extend_many"),
 		"{persistence}", persistence,
 		"{lock_wait}", fmt.Sprintf("'%dms'", lockWait.Milliseconds()),
 		"{version}", "'"+schemaVersion+"'",
@@ -227,9 +232,7 @@ func newQueries(o Options) queries {
 		nextFence: "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
 		load: "SELECT v.data FROM " + valueT + " AS v " +
 			"WHERE v.namespace = $1 AND v.key = $2 AND v.until > clock_timestamp()",
-		extend: "UPDATE " + lockT + " AS l SET expires_at = clock_timestamp() + $4 * interval '1 microsecond', " +
-			"beat_at = clock_timestamp() " +
-			"WHERE l.namespace = $1 AND l.key = $2 AND l.token = $3 AND l.expires_at > clock_timestamp()",
+		extendMany: "SELECT o_i FROM " + name("extend_many") + "($1, $2, $3, $4)",
 		// The waiters are woken whether or not the token still held the
 		// lock: they should look.
 		release: "WITH r AS (UPDATE " + lockT + " AS l SET token = NULL, expires_at = clock_timestamp() " +

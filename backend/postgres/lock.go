@@ -126,17 +126,20 @@ func (s *shared) Release(ctx context.Context, key, token string) error {
 }
 
 // Extend implements [lock.Holder]: it resets key's lease to ttl from now
-// and records a beat, if token still holds it.
+// and records a beat, if token still holds it. Concurrent calls on one
+// [Backend] share a statement (see extender).
 func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
-	rk := rowKey(key)
-	tag, cctx, err := s.b.exec(ctx, s.b.q.extend, s.ns, rk, token, ttl.Microseconds())
-	if err != nil {
-		return s.lockErr(cctx, "extend", err)
+	if err := s.b.ready(ctx); err != nil {
+		return s.lockErr(ctx, "extend", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return lock.ErrNotHeld
+	err := s.b.ext.extend(ctx, s.ns, rowKey(key), token, ttl)
+	switch {
+	case err == nil || errors.Is(err, lock.ErrNotHeld):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("lock: extend: %w", ctx.Err())
 	}
-	return nil
+	return s.lockErr(ctx, "extend", err)
 }
 
 // lockErr returns the context's error when ctx has ended, and a
