@@ -38,8 +38,10 @@ type Backend struct {
 	q    queries
 	// listen configures the LISTEN connections.
 	listen *pgx.ConnConfig
-	// ext sends the lock's beats, many to a statement.
+	// ext sends the lock's beats, many to a statement, and ld the
+	// value loads.
 	ext *extender
+	ld  *loader
 	// lockID is the advisory lock key that serializes Migrate.
 	lockID int64
 
@@ -72,7 +74,7 @@ func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 	b := &Backend{pool: pool, busy: make(chan struct{}, max(pool.Config().MaxConns-1, 1)), o: o, q: newQueries(o), listen: listen,
 		lockID:    int64(binary.BigEndian.Uint64(sum[:8])),
 		migrating: make(chan struct{}, 1)}
-	b.ext = &extender{b: b}
+	b.ext, b.ld = &extender{b: b}, &loader{b: b}
 	return b, nil
 }
 
@@ -199,7 +201,7 @@ type queries struct {
 	schema, version                             string
 	lockT, valueT                               string // the tables' qualified names
 	acquire, save, nextFence                    string
-	load, extendMany, release, inspect          string
+	loadMany, extendMany, release, inspect      string
 	sweepValues, sweepLocks, notify, listenName string
 }
 
@@ -230,8 +232,8 @@ func newQueries(o Options) queries {
 		acquire:   "SELECT o_fence, o_how FROM " + name("acquire") + "($1, $2, $3, $4, $5)",
 		save:      "SELECT " + name("save") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 		nextFence: "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
-		load: "SELECT v.data FROM " + valueT + " AS v " +
-			"WHERE v.namespace = $1 AND v.key = $2 AND v.until > clock_timestamp()",
+		loadMany: "SELECT r.i::int, v.data FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(ns, key, i) " +
+			"JOIN " + valueT + " AS v ON v.namespace = r.ns AND v.key = r.key WHERE v.until > clock_timestamp()",
 		extendMany: "SELECT o_i FROM " + name("extend_many") + "($1, $2, $3, $4)",
 		// The waiters are woken whether or not the token still held the
 		// lock: they should look.

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/cache"
@@ -108,21 +107,23 @@ func (s *shared) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Load implements [cache.Store].
+// Load implements [cache.Store]. Concurrent calls on one [Backend] share
+// a statement (see loader).
 func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 	if err := s.b.ready(ctx); err != nil {
 		return nil, s.storeErr(ctx, "load", err)
 	}
-	var data []byte
-	rk := rowKey(key)
-	cctx, err := s.b.queryRow(ctx, s.b.q.load, []any{s.ns, rk}, &data)
-	if errors.Is(err, pgx.ErrNoRows) {
+	cctx, r := s.b.ld.load(ctx, s.ns, rowKey(key))
+	if r.err != nil {
+		return nil, s.storeErr(cctx, "load", r.err)
+	}
+	if !r.found {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, s.storeErr(cctx, "load", err)
+	if r.data == nil {
+		return []byte{}, nil
 	}
-	return data, nil
+	return r.data, nil
 }
 
 // Save implements [cache.Store] in one statement (one round trip): the
