@@ -38,10 +38,11 @@ type Backend struct {
 	q    queries
 	// listen configures the LISTEN connections.
 	listen *pgx.ConnConfig
-	// ext sends the lock's beats, many to a statement, and ld the
-	// value loads.
-	ext *extender
-	ld  *loader
+	// ext sends the lock's beats, many to a statement; loads and
+	// acquires send the value loads and the lock's acquires.
+	ext      *extender
+	loads    *batcher[*loadCall]
+	acquires *batcher[*acquireCall]
 	// lockID is the advisory lock key that serializes Migrate.
 	lockID int64
 
@@ -74,7 +75,7 @@ func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 	b := &Backend{pool: pool, busy: make(chan struct{}, max(pool.Config().MaxConns-1, 1)), o: o, q: newQueries(o), listen: listen,
 		lockID:    int64(binary.BigEndian.Uint64(sum[:8])),
 		migrating: make(chan struct{}, 1)}
-	b.ext, b.ld = &extender{b: b}, &loader{b: b}
+	b.ext, b.loads, b.acquires = &extender{b: b}, newLoader(b), newAcquirer(b)
 	return b, nil
 }
 
@@ -200,7 +201,7 @@ func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
 type queries struct {
 	schema, version                             string
 	lockT, valueT                               string // the tables' qualified names
-	acquire, save, nextFence                    string
+	acquireMany, save, nextFence                string
 	loadMany, extendMany, release, inspect      string
 	sweepValues, sweepLocks, notify, listenName string
 }
@@ -216,7 +217,7 @@ func newQueries(o Options) queries {
 		"{lock_expires}", pgx.Identifier{o.Prefix + "lock_expires"}.Sanitize(),
 		"{value_until}", pgx.Identifier{o.Prefix + "value_until"}.Sanitize(),
 		"{clock_us}", name("clock_us"), "{acquire}", name("acquire"),
-		"{save}", name("save"), "{next_fence}", name("next_fence"),
+		"{acquire_many}", name("acquire_many"), "{save}", name("save"), "{next_fence}", name("next_fence"),
 		"{extend_many}", name("extend_many"),
 		"{persistence}", persistence,
 		"{lock_wait}", fmt.Sprintf("'%dms'", lockWait.Milliseconds()),
@@ -225,13 +226,13 @@ func newQueries(o Options) queries {
 	lockT, valueT := name("lock"), name("value")
 	regclass := "'" + strings.ReplaceAll(lockT, "'", "''") + "'"
 	return queries{
-		schema:    r.Replace(schemaSource),
-		lockT:     lockT,
-		valueT:    valueT,
-		version:   "SELECT obj_description(to_regclass(" + regclass + "), 'pg_class')",
-		acquire:   "SELECT o_fence, o_how FROM " + name("acquire") + "($1, $2, $3, $4, $5)",
-		save:      "SELECT " + name("save") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		nextFence: "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
+		schema:      r.Replace(schemaSource),
+		lockT:       lockT,
+		valueT:      valueT,
+		version:     "SELECT obj_description(to_regclass(" + regclass + "), 'pg_class')",
+		acquireMany: "SELECT o_i, o_fence, o_how FROM " + name("acquire_many") + "($1, $2, $3, $4, $5)",
+		save:        "SELECT " + name("save") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		nextFence:   "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
 		loadMany: "SELECT r.i::int, v.data FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(ns, key, i) " +
 			"JOIN " + valueT + " AS v ON v.namespace = r.ns AND v.key = r.key WHERE v.until > clock_timestamp()",
 		extendMany: "SELECT o_i FROM " + name("extend_many") + "($1, $2, $3, $4)",

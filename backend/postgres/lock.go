@@ -24,7 +24,8 @@ const (
 	lockWait = time.Second
 )
 
-// TryAcquire implements [lock.Locker] in one statement (one round trip):
+// TryAcquire implements [lock.Locker] in one statement (one round trip),
+// which concurrent calls on one [Backend] share (see batcher):
 // it takes key's lock, or takes it over from a holder whose last beat is
 // older than two of its beats ([lock.Lease.TookOver]), with a fence above
 // every earlier grant and write of key. It returns [lock.ErrNotAcquired]
@@ -52,11 +53,9 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 	tok := newToken()
 	start := time.Now()
 	beat := min(s.heartbeat, lease/3)
-	var fence int64
-	var how int
-	rk := rowKey(key)
-	cctx, err := s.b.queryRow(ctx, s.b.q.acquire, []any{s.ns, rk, tok, lease.Microseconds(),
-		max(beat.Microseconds(), 1)}, &fence, &how)
+	cctx, r := s.b.acquire(ctx, &acquireCall{ns: s.ns, key: rowKey(key), token: tok,
+		leaseUS: lease.Microseconds(), beatUS: max(beat.Microseconds(), 1)})
+	fence, how, err := r.fence, r.how, r.err
 	if err != nil {
 		if !known(err) {
 			s.cleanups.Add(1)

@@ -83,6 +83,28 @@ BEGIN
 	WHERE l.namespace = p_ns AND l.key = p_key;
 END $$;
 
+-- {acquire_many} runs {acquire} for each (p_ns[i], p_key[i], p_token[i],
+-- p_lease_us[i], p_beat_us[i]), in the order of the keys, so that two
+-- calls never wait for each other's rows in opposite orders, and returns
+-- each one's i, fence and how. Its row locks are held until it ends: the
+-- callers keep their batches small. (Version 2.)
+CREATE OR REPLACE FUNCTION {acquire_many}(p_ns text[], p_key text[], p_token text[],
+	p_lease_us bigint[], p_beat_us bigint[], OUT o_i int, OUT o_fence bigint, OUT o_how int)
+RETURNS SETOF record
+LANGUAGE plpgsql AS $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT * FROM unnest(p_ns, p_key, p_token, p_lease_us, p_beat_us)
+		WITH ORDINALITY AS u(ns, key, token, lease_us, beat_us, i) ORDER BY u.ns, u.key, u.i
+	LOOP
+		o_i := r.i;
+		SELECT a.o_fence, a.o_how INTO o_fence, o_how
+		FROM {acquire}(r.ns, r.key, r.token, r.lease_us, r.beat_us) AS a;
+		RETURN NEXT;
+	END LOOP;
+END $$;
+
 -- {save} writes a value under the fence rule: refused when the stored
 -- value (still live) has a larger fence. With p_token it writes only while
 -- p_token holds key's lock (-1 otherwise: nothing written, nothing

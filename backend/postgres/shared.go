@@ -108,12 +108,12 @@ func (s *shared) Ping(ctx context.Context) error {
 }
 
 // Load implements [cache.Store]. Concurrent calls on one [Backend] share
-// a statement (see loader).
+// a statement (see batcher).
 func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 	if err := s.b.ready(ctx); err != nil {
 		return nil, s.storeErr(ctx, "load", err)
 	}
-	cctx, r := s.b.ld.load(ctx, s.ns, rowKey(key))
+	cctx, r := s.b.load(ctx, s.ns, rowKey(key))
 	if r.err != nil {
 		return nil, s.storeErr(cctx, "load", r.err)
 	}
