@@ -11,10 +11,10 @@ import (
 	"github.com/herdguard/herdguard/resilience"
 )
 
-// maxBatch is the most calls one statement of loads or acquires serves:
+// maxBatch is the most calls one statement of loads serves:
 // a larger statement would take long enough to miss the operation
 // timeout for all of them at once, on a loaded machine.
-const maxBatch = 64
+const maxBatch = 16
 
 // batcher coalesces one kind of operation of one [Backend]: the calls
 // that arrive while its statements wait for their connections or are in
