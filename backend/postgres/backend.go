@@ -38,11 +38,12 @@ type Backend struct {
 	q    queries
 	// listen configures the LISTEN connections.
 	listen *pgx.ConnConfig
-	// ext sends the lock's beats, many to a statement; loads and
-	// acquires send the value loads and the lock's acquires.
+	// ext sends the lock's beats, many to a statement; loads, acquires
+	// and saves send the value loads, the lock's acquires and the saves.
 	ext      *extender
 	loads    *batcher[*loadCall]
 	acquires *batcher[*acquireCall]
+	saves    *batcher[*saveCall]
 	// lockID is the advisory lock key that serializes Migrate.
 	lockID int64
 
@@ -75,7 +76,7 @@ func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 	b := &Backend{pool: pool, busy: make(chan struct{}, max(pool.Config().MaxConns-1, 1)), o: o, q: newQueries(o), listen: listen,
 		lockID:    int64(binary.BigEndian.Uint64(sum[:8])),
 		migrating: make(chan struct{}, 1)}
-	b.ext, b.loads, b.acquires = &extender{b: b}, newLoader(b), newAcquirer(b)
+	b.ext, b.loads, b.acquires, b.saves = &extender{b: b}, newLoader(b), newAcquirer(b), newSaver(b)
 	return b, nil
 }
 
@@ -201,7 +202,7 @@ func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
 type queries struct {
 	schema, version                             string
 	lockT, valueT                               string // the tables' qualified names
-	acquireMany, save, nextFence                string
+	acquireMany, saveMany, nextFence            string
 	loadMany, extendMany, release, inspect      string
 	sweepValues, sweepLocks, notify, listenName string
 }
@@ -217,7 +218,7 @@ func newQueries(o Options) queries {
 		"{lock_expires}", pgx.Identifier{o.Prefix + "lock_expires"}.Sanitize(),
 		"{value_until}", pgx.Identifier{o.Prefix + "value_until"}.Sanitize(),
 		"{clock_us}", name("clock_us"), "{acquire}", name("acquire"),
-		"{acquire_many}", name("acquire_many"), "{save}", name("save"), "{next_fence}", name("next_fence"),
+		"{acquire_many}", name("acquire_many"), "{save}", name("save"), "{save_many}", name("save_many"), "{next_fence}", name("next_fence"),
 		"{extend_many}", name("extend_many"),
 		"{persistence}", persistence,
 		"{lock_wait}", fmt.Sprintf("'%dms'", lockWait.Milliseconds()),
@@ -231,7 +232,7 @@ func newQueries(o Options) queries {
 		valueT:      valueT,
 		version:     "SELECT obj_description(to_regclass(" + regclass + "), 'pg_class')",
 		acquireMany: "SELECT o_i, o_fence, o_how FROM " + name("acquire_many") + "($1, $2, $3, $4, $5)",
-		save:        "SELECT " + name("save") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		saveMany:    "SELECT o_i, o_n FROM " + name("save_many") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 		nextFence:   "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
 		loadMany: "SELECT r.i::int, v.data FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(ns, key, i) " +
 			"JOIN " + valueT + " AS v ON v.namespace = r.ns AND v.key = r.key WHERE v.until > clock_timestamp()",

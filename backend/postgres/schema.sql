@@ -146,6 +146,27 @@ BEGIN
 	RETURN stored;
 END $$;
 
+-- {save_many} runs {save} for each i of its arrays, in the order of the
+-- keys (as {acquire_many} does), and returns each one's i and result.
+-- (Version 2.)
+CREATE OR REPLACE FUNCTION {save_many}(p_ns text[], p_key text[], p_fence bigint[],
+	p_data bytea[], p_ttl_us bigint[], p_token text[], p_release boolean[],
+	p_channel text[], p_payload text[], OUT o_i int, OUT o_n int)
+RETURNS SETOF record
+LANGUAGE plpgsql AS $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT * FROM unnest(p_ns, p_key, p_fence, p_data, p_ttl_us, p_token, p_release, p_channel, p_payload)
+		WITH ORDINALITY AS u(ns, key, fence, data, ttl_us, token, release, channel, payload, i)
+		ORDER BY u.ns, u.key, u.i
+	LOOP
+		o_i := r.i;
+		o_n := {save}(r.ns, r.key, r.fence, r.data, r.ttl_us, r.token, r.release, r.channel, r.payload);
+		RETURN NEXT;
+	END LOOP;
+END $$;
+
 -- {next_fence} hands out a fence above every grant and write of key so
 -- far, for a write made without the lock; with p_revoke it also ends the
 -- current grant (and wakes key's waiters on p_channel).

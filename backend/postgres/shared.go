@@ -126,7 +126,8 @@ func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 	return r.data, nil
 }
 
-// Save implements [cache.Store] in one statement (one round trip): the
+// Save implements [cache.Store] in one statement (one round trip), which
+// concurrent calls on one [Backend] share (see batcher): the
 // lock check, the fenced write, and with Release the lock's release and
 // the waiters' notification, in one transaction. The value lives until
 // w.Until, counted on the database's clock from the time left now.
@@ -142,9 +143,9 @@ func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 	}
 	ttl := time.Until(w.Until).Microseconds()
 	rk := rowKey(key)
-	var n int
-	cctx, err := s.b.queryRow(ctx, s.b.q.save, []any{s.ns, rk, w.Fence, raw, ttl, w.Token, w.Release,
-		s.channel, wakePayload(rk)}, &n)
+	cctx, r := s.b.save(ctx, &saveCall{ns: s.ns, key: rk, token: w.Token, fence: w.Fence, ttlUS: ttl, data: raw,
+		release: w.Release, channel: s.channel, payload: wakePayload(rk)})
+	n, err := r.n, r.err
 	if err != nil {
 		return false, s.storeErr(cctx, "save", err)
 	}
