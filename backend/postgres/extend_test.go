@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -92,20 +93,21 @@ func TestExtend_concurrentBeats_shareStatements(t *testing.T) {
 	}
 }
 
-// TestMigrate_fromVersion1_addsExtendMany: a database migrated by the
-// schema's version 1, which had no extend_many, is migrated on, and the
-// beats work.
-func TestMigrate_fromVersion1_addsExtendMany(t *testing.T) {
+// TestMigrate_fromVersion1_addsArrayFunctions: a database migrated by the
+// schema's version 1, which had no array functions, is migrated on, and
+// the acquires, beats and saves work.
+func TestMigrate_fromVersion1_addsArrayFunctions(t *testing.T) {
 	f := newFixture(t, Options{})
 	ctx := testCtx(t)
 	old := f.backend()
 	if err := old.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// What version 1 left: no extend_many, and its mark.
-	if _, err := old.pool.Exec(ctx, "DROP FUNCTION "+pgx.Identifier{DefaultSchema, f.prefix + "extend_many"}.Sanitize()+
-		"(text[], text[], text[], bigint[])"); err != nil {
-		t.Fatal(err)
+	// What version 1 left: none of the array functions, and its mark.
+	for _, fn := range []string{"extend_many", "acquire_many", "save_many"} {
+		if _, err := old.pool.Exec(ctx, "DROP FUNCTION "+pgx.Identifier{DefaultSchema, f.prefix + fn}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := old.pool.Exec(ctx, "COMMENT ON TABLE "+old.q.lockT+" IS 'herdguard postgres schema 1'"); err != nil {
 		t.Fatal(err)
@@ -118,5 +120,8 @@ func TestMigrate_fromVersion1_addsExtendMany(t *testing.T) {
 	if err := v.Extend(ctx, "k", l.Token(), time.Minute); err != nil {
 		t.Fatalf("extend on a database migrated from version 1: %v", err)
 	}
-	_ = l.Release(ctx)
+	if _, err := v.Save(ctx, "k", []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true,
+		Until: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatalf("save on a database migrated from version 1: %v", err)
+	}
 }
