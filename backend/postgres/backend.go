@@ -20,7 +20,7 @@ import (
 
 // schemaVersion marks a schema that Migrate completed; a new version of
 // schema.sql gets a new mark, so that processes migrate it once.
-const schemaVersion = "herdguard postgres schema 1"
+const schemaVersion = "herdguard postgres schema 2"
 
 //go:embed schema.sql
 var schemaSource string
@@ -38,6 +38,12 @@ type Backend struct {
 	q    queries
 	// listen configures the LISTEN connections.
 	listen *pgx.ConnConfig
+	// ext sends the lock's beats, many to a statement; loads, acquires
+	// and saves send the value loads, the lock's acquires and the saves.
+	ext      *extender
+	loads    *batcher[*loadCall]
+	acquires *batcher[*acquireCall]
+	saves    *batcher[*saveCall]
 	// lockID is the advisory lock key that serializes Migrate.
 	lockID int64
 
@@ -67,9 +73,11 @@ func New(pool *pgxpool.Pool, o Options) (*Backend, error) {
 		}
 	}
 	sum := sha256.Sum256([]byte("herdguard migrate " + o.Schema + "." + o.Prefix))
-	return &Backend{pool: pool, busy: make(chan struct{}, max(pool.Config().MaxConns-1, 1)), o: o, q: newQueries(o), listen: listen,
+	b := &Backend{pool: pool, busy: make(chan struct{}, max(pool.Config().MaxConns-1, 1)), o: o, q: newQueries(o), listen: listen,
 		lockID:    int64(binary.BigEndian.Uint64(sum[:8])),
-		migrating: make(chan struct{}, 1)}, nil
+		migrating: make(chan struct{}, 1)}
+	b.ext, b.loads, b.acquires, b.saves = &extender{b: b}, newLoader(b), newAcquirer(b), newSaver(b)
+	return b, nil
 }
 
 // System returns "postgresql", the OpenTelemetry db.system.name of the
@@ -194,8 +202,8 @@ func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
 type queries struct {
 	schema, version                             string
 	lockT, valueT                               string // the tables' qualified names
-	acquire, save, nextFence                    string
-	load, extend, release, inspect              string
+	acquireMany, saveMany, nextFence            string
+	loadMany, extendMany, release, inspect      string
 	sweepValues, sweepLocks, notify, listenName string
 }
 
@@ -210,7 +218,8 @@ func newQueries(o Options) queries {
 		"{lock_expires}", pgx.Identifier{o.Prefix + "lock_expires"}.Sanitize(),
 		"{value_until}", pgx.Identifier{o.Prefix + "value_until"}.Sanitize(),
 		"{clock_us}", name("clock_us"), "{acquire}", name("acquire"),
-		"{save}", name("save"), "{next_fence}", name("next_fence"),
+		"{acquire_many}", name("acquire_many"), "{save}", name("save"), "{save_many}", name("save_many"), "{next_fence}", name("next_fence"),
+		"{extend_many}", name("extend_many"),
 		"{persistence}", persistence,
 		"{lock_wait}", fmt.Sprintf("'%dms'", lockWait.Milliseconds()),
 		"{version}", "'"+schemaVersion+"'",
@@ -218,18 +227,16 @@ func newQueries(o Options) queries {
 	lockT, valueT := name("lock"), name("value")
 	regclass := "'" + strings.ReplaceAll(lockT, "'", "''") + "'"
 	return queries{
-		schema:    r.Replace(schemaSource),
-		lockT:     lockT,
-		valueT:    valueT,
-		version:   "SELECT obj_description(to_regclass(" + regclass + "), 'pg_class')",
-		acquire:   "SELECT o_fence, o_how FROM " + name("acquire") + "($1, $2, $3, $4, $5)",
-		save:      "SELECT " + name("save") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		nextFence: "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
-		load: "SELECT v.data FROM " + valueT + " AS v " +
-			"WHERE v.namespace = $1 AND v.key = $2 AND v.until > clock_timestamp()",
-		extend: "UPDATE " + lockT + " AS l SET expires_at = clock_timestamp() + $4 * interval '1 microsecond', " +
-			"beat_at = clock_timestamp() " +
-			"WHERE l.namespace = $1 AND l.key = $2 AND l.token = $3 AND l.expires_at > clock_timestamp()",
+		schema:      r.Replace(schemaSource),
+		lockT:       lockT,
+		valueT:      valueT,
+		version:     "SELECT obj_description(to_regclass(" + regclass + "), 'pg_class')",
+		acquireMany: "SELECT o_i, o_fence, o_how FROM " + name("acquire_many") + "($1, $2, $3, $4, $5)",
+		saveMany:    "SELECT o_i, o_n FROM " + name("save_many") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		nextFence:   "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
+		loadMany: "SELECT r.i::int, v.data FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(ns, key, i) " +
+			"JOIN " + valueT + " AS v ON v.namespace = r.ns AND v.key = r.key WHERE v.until > clock_timestamp()",
+		extendMany: "SELECT o_i FROM " + name("extend_many") + "($1, $2, $3, $4)",
 		// The waiters are woken whether or not the token still held the
 		// lock: they should look.
 		release: "WITH r AS (UPDATE " + lockT + " AS l SET token = NULL, expires_at = clock_timestamp() " +

@@ -24,7 +24,8 @@ const (
 	lockWait = time.Second
 )
 
-// TryAcquire implements [lock.Locker] in one statement (one round trip):
+// TryAcquire implements [lock.Locker] in one statement (one round trip),
+// which concurrent calls on one [Backend] share (see batcher):
 // it takes key's lock, or takes it over from a holder whose last beat is
 // older than two of its beats ([lock.Lease.TookOver]), with a fence above
 // every earlier grant and write of key. It returns [lock.ErrNotAcquired]
@@ -52,11 +53,9 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 	tok := newToken()
 	start := time.Now()
 	beat := min(s.heartbeat, lease/3)
-	var fence int64
-	var how int
-	rk := rowKey(key)
-	cctx, err := s.b.queryRow(ctx, s.b.q.acquire, []any{s.ns, rk, tok, lease.Microseconds(),
-		max(beat.Microseconds(), 1)}, &fence, &how)
+	cctx, r := s.b.acquire(ctx, &acquireCall{ns: s.ns, key: rowKey(key), token: tok,
+		leaseUS: lease.Microseconds(), beatUS: max(beat.Microseconds(), 1)})
+	fence, how, err := r.fence, r.how, r.err
 	if err != nil {
 		if !known(err) {
 			s.cleanups.Add(1)
@@ -126,17 +125,20 @@ func (s *shared) Release(ctx context.Context, key, token string) error {
 }
 
 // Extend implements [lock.Holder]: it resets key's lease to ttl from now
-// and records a beat, if token still holds it.
+// and records a beat, if token still holds it. Concurrent calls on one
+// [Backend] share a statement (see extender).
 func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
-	rk := rowKey(key)
-	tag, cctx, err := s.b.exec(ctx, s.b.q.extend, s.ns, rk, token, ttl.Microseconds())
-	if err != nil {
-		return s.lockErr(cctx, "extend", err)
+	if err := s.b.ready(ctx); err != nil {
+		return s.lockErr(ctx, "extend", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return lock.ErrNotHeld
+	err := s.b.ext.extend(ctx, s.ns, rowKey(key), token, ttl)
+	switch {
+	case err == nil || errors.Is(err, lock.ErrNotHeld):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("lock: extend: %w", ctx.Err())
 	}
-	return nil
+	return s.lockErr(ctx, "extend", err)
 }
 
 // lockErr returns the context's error when ctx has ended, and a

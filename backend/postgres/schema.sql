@@ -83,6 +83,28 @@ BEGIN
 	WHERE l.namespace = p_ns AND l.key = p_key;
 END $$;
 
+-- {acquire_many} runs {acquire} for each (p_ns[i], p_key[i], p_token[i],
+-- p_lease_us[i], p_beat_us[i]), in the order of the keys, so that two
+-- calls never wait for each other's rows in opposite orders, and returns
+-- each one's i, fence and how. Its row locks are held until it ends: the
+-- callers keep their batches small. (Version 2.)
+CREATE OR REPLACE FUNCTION {acquire_many}(p_ns text[], p_key text[], p_token text[],
+	p_lease_us bigint[], p_beat_us bigint[], OUT o_i int, OUT o_fence bigint, OUT o_how int)
+RETURNS SETOF record
+LANGUAGE plpgsql AS $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT * FROM unnest(p_ns, p_key, p_token, p_lease_us, p_beat_us)
+		WITH ORDINALITY AS u(ns, key, token, lease_us, beat_us, i) ORDER BY u.ns, u.key, u.i
+	LOOP
+		o_i := r.i;
+		SELECT a.o_fence, a.o_how INTO o_fence, o_how
+		FROM {acquire}(r.ns, r.key, r.token, r.lease_us, r.beat_us) AS a;
+		RETURN NEXT;
+	END LOOP;
+END $$;
+
 -- {save} writes a value under the fence rule: refused when the stored
 -- value (still live) has a larger fence. With p_token it writes only while
 -- p_token holds key's lock (-1 otherwise: nothing written, nothing
@@ -124,6 +146,27 @@ BEGIN
 	RETURN stored;
 END $$;
 
+-- {save_many} runs {save} for each i of its arrays, in the order of the
+-- keys (as {acquire_many} does), and returns each one's i and result.
+-- (Version 2.)
+CREATE OR REPLACE FUNCTION {save_many}(p_ns text[], p_key text[], p_fence bigint[],
+	p_data bytea[], p_ttl_us bigint[], p_token text[], p_release boolean[],
+	p_channel text[], p_payload text[], OUT o_i int, OUT o_n int)
+RETURNS SETOF record
+LANGUAGE plpgsql AS $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT * FROM unnest(p_ns, p_key, p_fence, p_data, p_ttl_us, p_token, p_release, p_channel, p_payload)
+		WITH ORDINALITY AS u(ns, key, fence, data, ttl_us, token, release, channel, payload, i)
+		ORDER BY u.ns, u.key, u.i
+	LOOP
+		o_i := r.i;
+		o_n := {save}(r.ns, r.key, r.fence, r.data, r.ttl_us, r.token, r.release, r.channel, r.payload);
+		RETURN NEXT;
+	END LOOP;
+END $$;
+
 -- {next_fence} hands out a fence above every grant and write of key so
 -- far, for a write made without the lock; with p_revoke it also ends the
 -- current grant (and wakes key's waiters on p_channel).
@@ -155,6 +198,25 @@ BEGIN
 		PERFORM pg_notify(p_channel, p_payload);
 	END IF;
 	RETURN f;
+END $$;
+
+-- {extend_many} resets the leases of the holders p_token[i] of the keys
+-- (p_ns[i], p_key[i]) to p_ttl_us[i] from now, and records their beats:
+-- the beats of one process, in one statement. It returns the i of each
+-- lease extended; the others are no longer held. (Version 2.)
+CREATE OR REPLACE FUNCTION {extend_many}(p_ns text[], p_key text[],
+	p_token text[], p_ttl_us bigint[], OUT o_i int)
+RETURNS SETOF int
+LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM set_config('lock_timeout', {lock_wait}, true);
+	RETURN QUERY
+	UPDATE {lock} AS l SET expires_at = clock_timestamp() + r.ttl_us * interval '1 microsecond',
+		beat_at = clock_timestamp()
+	FROM unnest(p_ns, p_key, p_token, p_ttl_us) WITH ORDINALITY AS r(ns, key, token, ttl_us, i)
+	WHERE l.namespace = r.ns AND l.key = r.key AND l.token = r.token
+		AND l.expires_at > clock_timestamp()
+	RETURNING r.i::int;
 END $$;
 
 COMMENT ON TABLE {lock} IS {version};

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/cache"
@@ -108,24 +107,27 @@ func (s *shared) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Load implements [cache.Store].
+// Load implements [cache.Store]. Concurrent calls on one [Backend] share
+// a statement (see batcher).
 func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 	if err := s.b.ready(ctx); err != nil {
 		return nil, s.storeErr(ctx, "load", err)
 	}
-	var data []byte
-	rk := rowKey(key)
-	cctx, err := s.b.queryRow(ctx, s.b.q.load, []any{s.ns, rk}, &data)
-	if errors.Is(err, pgx.ErrNoRows) {
+	cctx, r := s.b.load(ctx, s.ns, rowKey(key))
+	if r.err != nil {
+		return nil, s.storeErr(cctx, "load", r.err)
+	}
+	if !r.found {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, s.storeErr(cctx, "load", err)
+	if r.data == nil {
+		return []byte{}, nil
 	}
-	return data, nil
+	return r.data, nil
 }
 
-// Save implements [cache.Store] in one statement (one round trip): the
+// Save implements [cache.Store] in one statement (one round trip), which
+// concurrent calls on one [Backend] share (see batcher): the
 // lock check, the fenced write, and with Release the lock's release and
 // the waiters' notification, in one transaction. The value lives until
 // w.Until, counted on the database's clock from the time left now.
@@ -141,9 +143,9 @@ func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 	}
 	ttl := time.Until(w.Until).Microseconds()
 	rk := rowKey(key)
-	var n int
-	cctx, err := s.b.queryRow(ctx, s.b.q.save, []any{s.ns, rk, w.Fence, raw, ttl, w.Token, w.Release,
-		s.channel, wakePayload(rk)}, &n)
+	cctx, r := s.b.save(ctx, &saveCall{ns: s.ns, key: rk, token: w.Token, fence: w.Fence, ttlUS: ttl, data: raw,
+		release: w.Release, channel: s.channel, payload: wakePayload(rk)})
+	n, err := r.n, r.err
 	if err != nil {
 		return false, s.storeErr(cctx, "save", err)
 	}
