@@ -27,6 +27,29 @@ const DefaultHeartbeat = time.Second
 // one can add to a caller who has already given up.
 const cleanupTimeout = time.Second
 
+// settleWait bounds how long that delete waits for the acquire it follows
+// to be done with (see afterSettled).
+const settleWait = 5 * time.Second
+
+// afterSettled waits, up to settleWait, until the command that failed
+// with err can no longer reach Redis, when err says so: a client that
+// sends commands in batches of its own (the pipeline's) returns such an
+// error for a command whose caller stopped waiting while it was queued or
+// in flight. A delete sent at once could otherwise reach Redis before the
+// acquire it is to undo, and leave that lock behind.
+func afterSettled(err error) {
+	var p interface{ Settled() <-chan struct{} }
+	if !errors.As(err, &p) {
+		return
+	}
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	select {
+	case <-p.Settled():
+	case <-t.C:
+	}
+}
+
 // RedisClient is the part of a go-redis client that [Redis] uses. Both
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
 // satisfy it.
@@ -264,6 +287,7 @@ func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, no
 		r.cleanups.Add(1)
 		go func() {
 			defer r.cleanups.Done()
+			afterSettled(err)
 			r.cleanup(key, tok)
 		}()
 	}
@@ -271,7 +295,7 @@ func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, no
 }
 
 // Wait waits for the deletes that follow acquires whose outcome was
-// unknown (see [Redis.TryAcquire]), each bounded by a second. The owner of
+// unknown (see [Redis.TryAcquire]), each bounded by a few seconds. The owner of
 // a Redis calls it when done with it, so that nothing it started outlives
 // it; the Redis stays usable.
 func (r *Redis) Wait() { r.cleanups.Wait() }

@@ -53,12 +53,14 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 	}
 	cmds, berr := rscript.RunMany(ctx, r.client, acquireScript, args)
 	var unknown []int
+	errs := make([]error, len(keys)) // each key's error, for the cleanup
 	for i, k := range keys {
 		var reply []any
 		err := berr
 		if err == nil {
 			reply, err = cmds[i].(*redis.Cmd).Slice()
 		}
+		errs[i] = err
 		if err == nil && len(reply) < 2 {
 			err = fmt.Errorf("acquire script returned %d values, want at least 2", len(reply))
 		}
@@ -91,6 +93,10 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 		r.cleanups.Add(1)
 		go func() {
 			defer r.cleanups.Done()
+			afterSettled(berr)
+			for _, i := range unknown {
+				afterSettled(errs[i])
+			}
 			cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 			defer cancel()
 			rel := make([][]any, len(unknown))

@@ -67,9 +67,16 @@ type call struct {
 	cmd    redis.Cmder
 	budget time.Duration // how long the command may take once sent, from its ctx
 	done   chan struct{} // closed once the call is over
+	// settled is closed once cmd can no longer reach Redis: its round
+	// trip ended, or it was failed before it was sent.
+	settled chan struct{}
 	// err, set before done closes, says why cmd does not hold the
 	// result (cmd then belongs to the batch); nil when it does.
 	err error
+}
+
+func newCall(cmd redis.Cmder, budget time.Duration) *call {
+	return &call{cmd: cmd, budget: budget, done: make(chan struct{}), settled: make(chan struct{})}
 }
 
 // fail ends c with errNoReply.
@@ -77,6 +84,24 @@ func (c *call) fail() {
 	c.err = errNoReply
 	close(c.done)
 }
+
+// left is the error of a call whose caller stopped waiting with err.
+func (c *call) left(err error) error { return &pendingError{err: err, settled: c.settled} }
+
+// pendingError is the error of a command whose caller stopped waiting
+// (its context ended, or Redis did not answer within the budget) while
+// the command may still reach Redis. Settled closes once it no longer
+// can: code that must act after the command's outcome (the delete that
+// follows an acquire whose outcome is unknown, in package lock) waits for
+// it, so that the delete does not reach Redis before the acquire.
+type pendingError struct {
+	err     error
+	settled <-chan struct{}
+}
+
+func (e *pendingError) Error() string            { return e.err.Error() }
+func (e *pendingError) Unwrap() error            { return e.err }
+func (e *pendingError) Settled() <-chan struct{} { return e.settled }
 
 // budgetKey is the context key of how long a command may take once its
 // round trip starts; set by [guard]. Without it, a command may take what
@@ -92,13 +117,16 @@ func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
 // the budget, or ctx ended first) and belongs to the batch: the caller
 // reports the error on a fresh command.
 func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
-	c := &call{cmd: cmd, budget: b.budget(ctx), done: make(chan struct{})}
+	c := newCall(cmd, b.budget(ctx))
 	b.enqueue([]*call{c})
 	select {
 	case <-c.done:
-		return c.err
+		if c.err != nil {
+			return c.left(c.err)
+		}
+		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return c.left(ctx.Err())
 	}
 }
 
@@ -143,6 +171,7 @@ func failPrompt(calls []*call, timeout time.Duration) []*call {
 	for _, c := range calls {
 		if c.budget <= timeout {
 			c.fail()
+			close(c.settled) // never sent
 		} else {
 			kept = append(kept, c)
 		}
@@ -315,6 +344,7 @@ func (f *trip) end() {
 		if c.err == nil {
 			close(c.done)
 		}
+		close(c.settled)
 	}
 	if f.late || replied {
 		b := f.b

@@ -106,18 +106,33 @@ func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
 	budget := b.budget(ctx)
 	calls := make([]*call, len(cmds))
 	for i, cmd := range cmds {
-		calls[i] = &call{cmd: cmd, budget: budget, done: make(chan struct{})}
+		calls[i] = newCall(cmd, budget)
 	}
 	b.enqueue(calls)
 	for _, c := range calls {
 		select {
 		case <-c.done:
 			if c.err != nil {
-				return c.err
+				return leftBatch(calls, c.err)
 			}
 		case <-ctx.Done():
-			return ctx.Err()
+			return leftBatch(calls, ctx.Err())
 		}
 	}
 	return nil
+}
+
+// leftBatch is the error of a batch whose caller stopped waiting with
+// err: it settles once every command of the batch has (see pendingError).
+// The goroutine ends when the last of them settles, which each round trip
+// does within its deadline.
+func leftBatch(calls []*call, err error) error {
+	settled := make(chan struct{})
+	go func() {
+		for _, c := range calls {
+			<-c.settled
+		}
+		close(settled)
+	}()
+	return &pendingError{err: err, settled: settled}
 }
