@@ -1,14 +1,11 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/lock"
 )
@@ -17,23 +14,7 @@ import (
 // one process, at once, run in a few statements, not one per key; each
 // key is granted once, however many ask for it.
 func TestTryAcquire_concurrent_shareStatements(t *testing.T) {
-	f := newFixture(t, Options{})
-	cfg, err := pgxpool.ParseConfig(server(t).DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &countingTracer{sub: "SELECT o_i, o_fence, o_how FROM"}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	b, err := New(pool, f.o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := f.openOn(b, "ns", 0)
+	v, tr := tracedView(t, "SELECT o_i, o_fence, o_how FROM")
 	ctx := testCtx(t)
 	const keys, askers = 200, 2 // every key asked twice at once
 	var wg sync.WaitGroup

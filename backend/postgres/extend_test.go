@@ -18,6 +18,29 @@ import (
 )
 
 // countingTracer counts the statements a pool sends that contain sub.
+// tracedView opens a view of namespace "ns" on a backend of its own pool,
+// whose statements containing sub the returned tracer counts.
+func tracedView(t *testing.T, sub string) (*shared, *countingTracer) {
+	t.Helper()
+	f := newFixture(t, Options{})
+	cfg, err := pgxpool.ParseConfig(server(t).DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &countingTracer{sub: sub}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b, err := New(pool, f.o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.openOn(b, "ns", 0), tr
+}
+
 type countingTracer struct {
 	sub string
 	n   atomic.Int64
@@ -36,24 +59,8 @@ func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuer
 // in one process, due at once, are sent in a few statements, not one per
 // holder, and each learns whether its own lease is still held.
 func TestExtend_concurrentBeats_shareStatements(t *testing.T) {
-	f := newFixture(t, Options{})
-	s := server(t)
-	cfg, err := pgxpool.ParseConfig(s.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &countingTracer{sub: "SELECT o_i FROM"}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	b, err := New(pool, f.o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := f.openOn(b, "ns", 0)
+	v, tr := tracedView(t, "SELECT o_i FROM")
+	var err error
 	ctx := testCtx(t)
 	const n = 400
 	leases := make([]*lock.Lease, n)

@@ -1,13 +1,10 @@
 package postgres
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/cache"
 )
@@ -16,23 +13,7 @@ import (
 // process, at once, are read in a few statements, not one per key, and
 // each gets its own key's value, or none.
 func TestLoad_concurrentLoads_shareStatements(t *testing.T) {
-	f := newFixture(t, Options{})
-	cfg, err := pgxpool.ParseConfig(server(t).DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &countingTracer{sub: "WITH ORDINALITY AS r(ns, key, i)"}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	b, err := New(pool, f.o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := f.openOn(b, "ns", 0)
+	v, tr := tracedView(t, "WITH ORDINALITY AS r(ns, key, i)")
 	ctx := testCtx(t)
 	const n = 400
 	until := time.Now().Add(time.Minute)

@@ -1,14 +1,11 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
@@ -19,23 +16,8 @@ import (
 // stored and releases its lock, and a save whose lock was lost stores
 // nothing.
 func TestSave_concurrent_shareStatements(t *testing.T) {
-	f := newFixture(t, Options{})
-	cfg, err := pgxpool.ParseConfig(server(t).DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &countingTracer{sub: "SELECT o_i, o_n FROM"}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	b, err := New(pool, f.o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := f.openOn(b, "ns", 0)
+	v, tr := tracedView(t, "SELECT o_i, o_n FROM")
+	var err error
 	ctx := testCtx(t)
 	const n = 400
 	leases := make([]*lock.Lease, n)
