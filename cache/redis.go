@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/internal/rscript"
 )
 
 var (
@@ -182,7 +183,7 @@ func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string
 	if err != nil {
 		return false, err
 	}
-	n, err := setScript.Run(ctx, r.client, []string{args[1].(string), args[2].(string)}, args[3:]...).Int()
+	n, err := rscript.Run(ctx, r.client, setScript, []string{args[1].(string), args[2].(string)}, args[3:]...).Int()
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("cache: set: %w", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/internal/rscript"
 )
 
 var (
@@ -64,7 +65,7 @@ func (r *Redis[V]) Write(ctx context.Context, key string, e Entry[V], o WriteOpt
 	if err != nil {
 		return 0, err
 	}
-	s, err := writeScript.Run(ctx, r.client,
+	s, err := rscript.Run(ctx, r.client, writeScript,
 		[]string{r.keys.Value(key), r.keys.Lock(key), r.keys.Fence(key)},
 		raw, rkey.Millis(ttl), rkey.FieldFence, rkey.FieldData, rkey.FieldExpires,
 		e.Expires.UnixMilli(), rkey.Millis(o.FenceRetention), r.keys.Channel(),
@@ -89,7 +90,7 @@ func (r *Redis[V]) Invalidate(ctx context.Context, key string, o WriteOptions) (
 	if o.Hold <= 0 {
 		return 0, errors.New("cache: invalidate: hold must be positive")
 	}
-	s, err := invalidateScript.Run(ctx, r.client,
+	s, err := rscript.Run(ctx, r.client, invalidateScript,
 		[]string{r.keys.Value(key), r.keys.Lock(key), r.keys.Fence(key)},
 		rkey.Millis(o.Hold), rkey.FieldFence, rkey.Millis(o.FenceRetention), r.keys.Channel(),
 		rkey.Announcement(rkey.KindInvalidate, o.Origin, key),

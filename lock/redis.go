@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/internal/rscript"
 )
 
 // DefaultFenceRetention is how long a key's fence counter outlives the last
@@ -257,7 +258,7 @@ func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, no
 	tok := newToken()
 	t := r.timingOf(lease)
 	beat := t.beat
-	reply, err := acquireScript.Run(ctx, r.client,
+	reply, err := rscript.Run(ctx, r.client, acquireScript,
 		[]string{r.keys.Lock(key), r.keys.Fence(key), r.keys.Value(key)},
 		tok, t.ms, t.keep, rkey.FieldFence, t.deadAfter,
 		now, rkey.FieldData, rkey.FieldExpires,
@@ -308,7 +309,7 @@ func (r *Redis) Wait() { r.cleanups.Wait() }
 func (r *Redis) cleanup(key, tok string) {
 	cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_ = releaseScript.Run(cctx, r.client, []string{r.keys.Lock(key)}, tok, "", "").Err()
+	_ = rscript.Run(cctx, r.client, releaseScript, []string{r.keys.Lock(key)}, tok, "", "").Err()
 }
 
 // Inspect implements [Locker]. A lock without an expiry (set by hand)
@@ -328,7 +329,7 @@ func (r *Redis) Inspect(ctx context.Context, key string) (held bool, remaining t
 }
 
 func (r *Redis) release(ctx context.Context, key, token string) error {
-	n, err := releaseScript.Run(ctx, r.client, []string{r.keys.Lock(key)}, token, r.channel, key).Int64()
+	n, err := rscript.Run(ctx, r.client, releaseScript, []string{r.keys.Lock(key)}, token, r.channel, key).Int64()
 	if err != nil {
 		return failure(ctx, "release", key, err)
 	}
@@ -339,7 +340,7 @@ func (r *Redis) release(ctx context.Context, key, token string) error {
 }
 
 func (r *Redis) extend(ctx context.Context, key, token string, lease time.Duration) error {
-	n, err := extendScript.Run(ctx, r.client,
+	n, err := rscript.Run(ctx, r.client, extendScript,
 		[]string{r.keys.Lock(key), r.keys.Fence(key)},
 		token, rkey.Millis(lease), rkey.Millis(lease+r.retention),
 	).Int64()

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/internal/rscript"
 )
 
 // checkTarget is what [Pipeline.Check] needs to know of the pipeline's
@@ -110,7 +111,7 @@ func (t checkTarget) probes(ks rkey.Space) []probe {
 	v, l, f, ch := ks.Value(probeKey), ks.Lock(probeKey), ks.Fence(probeKey), ks.Channel()
 	ps := []probe{
 		{"EVALSHA", []string{"EVALSHA", "0000000000000000000000000000000000000000", "0"}},
-		{"EVAL", []string{"EVAL", "return 1", "0"}},
+		{"SCRIPT LOAD", []string{"SCRIPT", "LOAD", "return 1"}},
 		{"HGET", []string{"HGET", v, rkey.FieldData}},
 		{"HSET", []string{"HSET", v, rkey.FieldData, "x"}},
 		{"TYPE", []string{"TYPE", v}},
@@ -136,7 +137,7 @@ func (t checkTarget) probes(ks rkey.Space) []probe {
 
 // Check verifies, for start-up, that the pipeline can use its Redis: the
 // server answers, it accepts the client's credentials, and its ACL lets
-// the user run what the pipeline sends (EVALSHA and EVAL of the scripts,
+// the user run what the pipeline sends (EVALSHA and SCRIPT LOAD of the scripts,
 // the commands inside them, HGET, and with Lock, PUBLISH and SUBSCRIBE on
 // the announcement channel) on the pipeline's keys. A pipeline that
 // cannot would fail open on every call; Check says so at once instead,
@@ -186,8 +187,8 @@ func (p *Pipeline[V]) Check(ctx context.Context) error {
 	if t.lock {
 		keys = append(keys, ks.Fence(probeKey))
 	}
-	// EVALSHA, then EVAL when the script is not loaded yet.
-	denied, err := checkScript.Run(ctx, t.client, keys, argv...).Int64Slice()
+	// EVALSHA, loading the script when Redis does not know it yet.
+	denied, err := rscript.Run(ctx, t.client, checkScript, keys, argv...).Int64Slice()
 	if err != nil {
 		return checkReplyError(p.name, t.prefix, err)
 	}
@@ -257,6 +258,9 @@ func aclGrants(missing []string) string {
 	var rules []string
 	for _, m := range missing {
 		cmd := strings.ToLower(strings.Fields(m)[0])
+		if m == "SCRIPT LOAD" {
+			cmd = "script|load" // the subcommand alone
+		}
 		if !seen[cmd] {
 			seen[cmd] = true
 			rules = append(rules, "+"+cmd)

@@ -17,8 +17,8 @@ import (
 //
 // It implements the narrow clients of package cache and package lock
 // (Scripter, HGet, Del, PTTL), so both run their commands through it
-// unchanged; go-redis's Script.Run falls back from EVALSHA to EVAL through
-// it too.
+// unchanged; their scripts go by SHA, loaded once on NOSCRIPT (package
+// internal/rscript).
 //
 // The round trips run on at most maxSenders goroutines, never on a
 // caller's, so that a caller can stop waiting for Redis whatever go-redis

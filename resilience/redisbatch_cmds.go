@@ -52,9 +52,32 @@ func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.Boo
 	return b.client.ScriptExists(ctx, hashes...)
 }
 
-// ScriptLoad implements redis.Scripter, unbatched, like ScriptExists.
+// ScriptLoad implements redis.Scripter, unbatched (on a Cluster, go-redis
+// loads the script into every primary): package rscript loads a script
+// with it once Redis answered NOSCRIPT. Like a batch, the load runs on a
+// goroutine of its own, and the caller waits for it at most its budget.
 func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return b.client.ScriptLoad(ctx, script)
+	budget := b.budget(ctx)
+	done := make(chan *redis.StringCmd, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, holdFactor*b.timeout))
+		defer cancel()
+		done <- b.client.ScriptLoad(lctx, script)
+	}()
+	t := time.NewTimer(max(budget, time.Millisecond))
+	defer t.Stop()
+	var err error
+	select {
+	case cmd := <-done:
+		return cmd
+	case <-t.C:
+		err = errNoReply
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	cmd := redis.NewStringCmd(ctx, "script", "load", script)
+	cmd.SetErr(err)
+	return cmd
 }
 
 // HGet is the read of an L2 value.

@@ -1,14 +1,20 @@
-// Package rscript sends batches of Redis commands for packages cache and
-// lock: a batch in one round trip when the client can, and a script run
-// once per key in one batch, by its SHA, loading it once when Redis does
-// not know it.
+// Package rscript runs the Redis scripts of packages cache and lock, one
+// key at a time or once per key in one batch, always by their SHA: when
+// Redis does not know a script (a new or restarted server), it is loaded
+// once, for all the callers that met NOSCRIPT at the same moment, and run
+// again by its SHA. A script's body never travels with EVAL: go-redis's
+// Script.Run would send it once per caller, and a burst of a thousand cold
+// keys meeting a restarted Redis would cost it a thousand bodies to hash,
+// enough to hold the burst past its operation timeout.
 package rscript
 
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 )
 
 // Batcher sends commands in one round trip; the pipeline's auto-pipelining
@@ -68,7 +74,7 @@ func RunMany(ctx context.Context, client redis.Scripter, script *redis.Script, a
 	if len(again) == 0 {
 		return cmds, nil
 	}
-	if err := script.Load(ctx, client).Err(); err != nil {
+	if err := load(ctx, client, script); err != nil {
 		return nil, err
 	}
 	retry := make([]redis.Cmder, len(again))
@@ -82,4 +88,46 @@ func RunMany(ctx context.Context, client redis.Scripter, script *redis.Script, a
 		cmds[i] = retry[j]
 	}
 	return cmds, nil
+}
+
+// Run runs script once by its SHA, loading it first when Redis answers
+// NOSCRIPT (see the package's doc). The command holds the script's reply
+// or the error.
+func Run(ctx context.Context, client redis.Scripter, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := client.EvalSha(ctx, script.Hash(), keys, args...)
+	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return cmd
+	}
+	if err := load(ctx, client, script); err != nil {
+		var re redis.Error
+		if errors.As(err, &re) {
+			// Redis refused the load (an ACL written before the load
+			// was needed: EVAL without SCRIPT LOAD): send the body.
+			return script.Eval(ctx, client, keys, args...)
+		}
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return client.EvalSha(ctx, script.Hash(), keys, args...)
+}
+
+// loads coalesces the loads of one script into one client: the callers
+// that met NOSCRIPT together wait for one SCRIPT LOAD.
+var loads singleflight.Group
+
+// load loads script into client, or waits for the load already under way.
+// The load runs under the context of the caller that started it, without
+// its cancellation: a caller that stops waiting leaves it to the others.
+func load(ctx context.Context, client redis.Scripter, script *redis.Script) error {
+	key := fmt.Sprintf("%p %s", client, script.Hash())
+	ch := loads.DoChan(key, func() (any, error) {
+		return nil, script.Load(context.WithoutCancel(ctx), client).Err()
+	})
+	select {
+	case r := <-ch:
+		return r.Err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
