@@ -48,7 +48,9 @@ var (
 // Lock, tries its lock (one script per key, all pipelined); then ONE call
 // of loadMany for every key this process won, or that Redis could not
 // answer, written back in one round trip (write, release and announce per
-// key). Keys another process holds are waited for together, woken by their
+// key). More than [GetManyChunk] misses go through these steps a chunk at
+// a time, with a loader call per chunk. (A round trip carries at most 128
+// commands: a chunk's look goes out as a few of them, side by side.) Keys another process holds are waited for together, woken by their
 // announcements, with the waiters' rules of [Pipeline.Get] (a dead holder
 // taken over, MaxWait, then a load without the lock). Keys another caller
 // of this process is already loading, with Get or GetMany, are joined, not
@@ -403,22 +405,42 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 	if len(todo) == 0 {
 		return outs
 	}
-	switch {
-	case p.rlock != nil:
-		p.lockedMany(ctx, todo, load, outs)
-	case p.l2 != nil && p.locker != nil:
-		p.lockedEach(ctx, todo, load, outs)
-	case p.l2 != nil:
-		p.l2Many(ctx, todo, load, outs)
-	default:
-		items := make([]*loadItem, len(todo))
-		for i, k := range todo {
-			items[i] = &loadItem{key: k}
+	// Chunk by chunk: a chunk's leases are held from its look to its
+	// write-back only, which a watchdog's beat covers however many keys
+	// the call has (100,000 keys in one look outlasted the beat of the
+	// first leases it took, and other processes took them over).
+	for chunk := range slices.Chunk(todo, GetManyChunk) {
+		switch {
+		case p.rlock != nil:
+			p.lockedMany(ctx, chunk, load, outs)
+		case p.l2 != nil && p.locker != nil:
+			p.lockedEach(ctx, chunk, load, outs)
+		case p.l2 != nil:
+			p.l2Many(ctx, chunk, load, outs)
+		default:
+			items := make([]*loadItem, len(chunk))
+			for i, k := range chunk {
+				items[i] = &loadItem{key: k}
+			}
+			p.loadBatch(ctx, items, load, outs)
 		}
-		p.loadBatch(ctx, items, load, outs)
+		if err := ctx.Err(); err != nil {
+			// The chunks not reached fail with the caller's end.
+			for _, out := range outs {
+				if !out.set {
+					out.err, out.set = err, true
+				}
+			}
+			break
+		}
 	}
 	return outs
 }
+
+// GetManyChunk is how many missed keys [Pipeline.GetMany] takes through
+// Redis (or a backend) and its loader at a time: a call of more keys runs
+// chunk after chunk, with one loader call each.
+const GetManyChunk = 4096
 
 // loadItem is one key of a loader call, with the lease it holds (nil:
 // unlocked) and the Redis failure it goes on without (nil: none).
@@ -696,20 +718,31 @@ func (p *Pipeline[V]) lookMany(ctx context.Context, keys []string) ([]lock.Look,
 // announcements again before the next poll, as in await.
 func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[string]<-chan struct{}, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) {
 	bo := p.pollBackOff()
+	heard, stop := fanIn(keys, subs)
+	defer stop()
 	pending := slices.Clone(keys)
-	// Announced since the look: look again at once.
-	woken := drainWoken(pending, subs, -1)
-	polled := false
+	waiting := make(map[string]bool, len(keys)) // the keys of pending
+	for _, k := range keys {
+		waiting[k] = true
+	}
 	quiet := map[string]bool{} // keys heard again only after the next poll
+	listened := func(k string) bool { return waiting[k] && !quiet[k] }
+	// Announced since the look: look again at once.
+	woken := drainHeard(heard, "", listened)
+	polled := false
 	for len(pending) > 0 {
 		if len(woken) > 0 {
 			pending = p.lookAgain(ctx, woken, pending, load, outs, start)
 			if ctx.Err() != nil {
 				break
 			}
+			clear(waiting)
+			for _, k := range pending {
+				waiting[k] = true
+			}
 			if !polled {
 				for _, k := range woken {
-					quiet[k] = slices.Contains(pending, k)
+					quiet[k] = waiting[k]
 				}
 			}
 		}
@@ -727,29 +760,17 @@ func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[str
 			return
 		}
 		t := time.NewTimer(min(bo.NextBackOff(), left))
-		cases := make([]reflect.SelectCase, 0, len(pending)+2)
-		cases = append(cases,
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)},
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
-		listening := make([]string, 0, len(pending))
-		for _, k := range pending {
-			if !quiet[k] {
-				listening = append(listening, k)
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(subs[k])})
-			}
-		}
-		chosen, _, _ := reflect.Select(cases)
-		t.Stop()
-		polled = chosen == 0
-		switch chosen {
-		case 0: // the poll: look at every key; it covers what was announced
-			drainWoken(pending, subs, -1)
+		woken, polled = nil, false
+		select {
+		case <-t.C: // the poll: look at every key; it covers what was announced
+			drainHeard(heard, "", func(string) bool { return false })
 			clear(quiet)
-			woken = slices.Clone(pending)
-		case 1:
-		default:
-			woken = drainWoken(listening, subs, chosen-2)
+			woken, polled = slices.Clone(pending), true
+		case <-ctx.Done():
+		case k := <-heard:
+			woken = drainHeard(heard, k, listened)
 		}
+		t.Stop()
 	}
 	if err := ctx.Err(); err != nil {
 		for _, k := range pending {
@@ -759,23 +780,63 @@ func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[str
 	}
 }
 
-// drainWoken returns the keys of pending whose announcement arrived:
-// pending[got] (already received; -1 for none), and every other whose
-// channel holds one.
-func drainWoken(pending []string, subs map[string]<-chan struct{}, got int) []string {
-	var woken []string
-	for i, k := range pending {
-		if i == got {
-			woken = append(woken, k)
-			continue
+// fanIn passes the announcements of keys, heard on their subscriptions,
+// on one channel: a goroutine per fanInKeys keys selects over theirs.
+// One select over every key would cost each wake-up the whole set, and
+// reflect.Select refuses more than 65,536 cases. stop ends the goroutines.
+func fanIn(keys []string, subs map[string]<-chan struct{}) (heard <-chan string, stop func()) {
+	ch := make(chan string, min(len(keys), fanInKeys))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for chunk := range slices.Chunk(keys, fanInKeys) {
+		cases := make([]reflect.SelectCase, 0, 1+len(chunk))
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(done)})
+		for _, k := range chunk {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(subs[k])})
 		}
-		select {
-		case <-subs[k]:
+		wg.Go(func() {
+			for {
+				i, _, _ := reflect.Select(cases)
+				if i == 0 {
+					return
+				}
+				select {
+				case ch <- chunk[i-1]:
+				case <-done:
+					return
+				}
+			}
+		})
+	}
+	return ch, func() { close(done); wg.Wait() }
+}
+
+// fanInKeys is how many keys' subscriptions one goroutine of fanIn
+// selects over.
+const fanInKeys = 64
+
+// drainHeard returns first (unless empty) and the keys heard now, once
+// each, that keep accepts.
+func drainHeard(heard <-chan string, first string, keep func(string) bool) []string {
+	var woken []string
+	seen := map[string]bool{}
+	add := func(k string) {
+		if !seen[k] && keep(k) {
+			seen[k] = true
 			woken = append(woken, k)
-		default:
 		}
 	}
-	return woken
+	if first != "" {
+		add(first)
+	}
+	for {
+		select {
+		case k := <-heard:
+			add(k)
+		default:
+			return woken
+		}
+	}
 }
 
 // lookAgain looks at the woken keys in one round trip, settles those it

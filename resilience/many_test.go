@@ -110,6 +110,41 @@ func TestGetMany_embedded_oneLoadForTheMisses(t *testing.T) {
 	}
 }
 
+// TestGetMany_chunks: a call of more than GetManyChunk misses loads them
+// a chunk at a time, one loader call each, in the order asked, and
+// answers every key.
+func TestGetMany_chunks(t *testing.T) {
+	for _, name := range []string{"embedded", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			b := New[string]("many-chunks").Cache(time.Minute)
+			if name == "redis" {
+				b = b.Redis(redistest.Start(t).Client()).Lock(LockSettings{})
+			}
+			p := build(t, b)
+			keys := make([]string, 2*GetManyChunk+1)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("k%05d", i)
+			}
+			l := &batchLoader{}
+			rs, err := p.GetMany(context.Background(), keys, l.load)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := sources(rs); s["loader"] != len(keys) {
+				t.Errorf("sources %v, want %d keys from the loader", s, len(keys))
+			}
+			calls := l.snapshot()
+			var sizes []int
+			for _, c := range calls {
+				sizes = append(sizes, len(c))
+			}
+			if !slices.Equal(sizes, []int{GetManyChunk, GetManyChunk, 1}) || !slices.Equal(slices.Concat(calls...), keys) {
+				t.Errorf("loader calls of %v keys, want %d, %d and 1, in the order asked", sizes, GetManyChunk, GetManyChunk)
+			}
+		})
+	}
+}
+
 func TestGetMany_arguments(t *testing.T) {
 	p := build(t, New[string]("many-args").Cache(time.Minute))
 	ctx := context.Background()
