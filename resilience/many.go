@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/fallback"
@@ -593,71 +594,110 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 // while this one loads its own.
 func (p *Pipeline[V]) lockedEach(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
 	start := time.Now()
+	// The keys side by side, up to eachLimit at once: the backend's calls
+	// of concurrent callers share its statements (PostgreSQL batches
+	// them), where one key after another would cost a chunk thousands of
+	// sequential round trips. Each goroutine writes its own key's slots.
+	found := make([]*loadItem, len(keys))
+	held := make([]bool, len(keys))
+	var g errgroup.Group
+	g.SetLimit(eachLimit)
+	for i, k := range keys {
+		g.Go(func() error {
+			found[i], held[i] = p.lookEach(ctx, k, outs[k], start)
+			return nil
+		})
+	}
+	_ = g.Wait()
 	var items []*loadItem
 	var waits []string
-	for _, k := range keys {
-		out := outs[k]
-		e, f, err := p.l2Get(ctx, k)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			out.err, out.set = ctx.Err(), true
-			continue
-		case err != nil: // recorded by l2Get
-			items = append(items, &loadItem{key: k, failOpen: err})
-			continue
-		case f == cache.Fresh:
-			p.fillL1(k, e, out.o)
-			out.o.res, out.err = fromEntry(&e, SourceL2)
-			out.set = true
-			continue
-		case f == cache.Stale:
-			out.o.stale, out.o.hasStale = e, true
+	for i, k := range keys {
+		if found[i] != nil {
+			items = append(items, found[i])
 		}
-		lease, err := p.tryAcquire(ctx, k)
-		switch {
-		case err == nil:
-			p.lockOutcome(ctx, nil, "acquired", start, lease)
-			e, f, err := p.l2Get(ctx, k)
-			switch {
-			case err != nil:
-				// The write-back would fail too: load, in L1 only.
-				items = append(items, &loadItem{key: k, lease: lease, failOpen: err})
-			case f == cache.Fresh:
-				p.release(ctx, k, lease)
-				p.fillL1(k, e, out.o)
-				out.o.res, out.err = fromEntry(&e, SourceL2)
-				out.set = true
-			default:
-				items = append(items, &loadItem{key: k, lease: lease})
-			}
-		case errors.Is(err, lock.ErrNotAcquired):
-			if p.swr && f == cache.Stale && !e.NotFound {
-				// Another process refreshes it: serve the stale copy now.
-				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
-				out.set = true
-				continue
-			}
+		if held[i] {
 			waits = append(waits, k)
-		case ctx.Err() != nil:
-			out.err, out.set = err, true
-		default:
-			p.failOpen(ctx, nil, "lock_acquire", err)
-			p.lockOutcome(ctx, nil, "failed_open", start, nil)
-			items = append(items, &loadItem{key: k, failOpen: err})
 		}
 	}
 	var wg sync.WaitGroup
 	one := oneOfMany(load)
+	sem := make(chan struct{}, eachLimit)
 	for _, k := range waits {
 		out := outs[k]
 		// Each goroutine writes its own key's outcome only.
 		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
 			out.err = p.await(ctx, nil, k, one, out.o, start, 0)
 			out.set = true
 		})
 	}
 	p.loadBatch(ctx, items, load, outs)
 	wg.Wait()
+}
+
+// beating starts the watchdog of the item's lease at once: the chunk's other
+// keys may take longer to look at than the lease's beat, and a lease that
+// does not beat meanwhile looks dead to other processes.
+func (p *Pipeline[V]) beating(ctx context.Context, it *loadItem) *loadItem {
+	it.lease.KeepAlive(ctx, func(error) { it.lost.Store(true) })
+	return it
+}
+
+// eachLimit bounds the keys lockedEach looks at, or waits for, at once.
+const eachLimit = 64
+
+// lookEach is lockedEach's part for one key: it reads the value, then,
+// unless it is fresh, tries the lock, and (won) reads again. It settles
+// out, or returns the key's load, or says that another process holds it.
+func (p *Pipeline[V]) lookEach(ctx context.Context, k string, out *keyOut[V], start time.Time) (it *loadItem, wait bool) {
+	e, f, err := p.l2Get(ctx, k)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		out.err, out.set = ctx.Err(), true
+		return nil, false
+	case err != nil: // recorded by l2Get
+		return &loadItem{key: k, failOpen: err}, false
+	case f == cache.Fresh:
+		p.fillL1(k, e, out.o)
+		out.o.res, out.err = fromEntry(&e, SourceL2)
+		out.set = true
+		return nil, false
+	case f == cache.Stale:
+		out.o.stale, out.o.hasStale = e, true
+	}
+	lease, err := p.tryAcquire(ctx, k)
+	switch {
+	case err == nil:
+		p.lockOutcome(ctx, nil, "acquired", start, lease)
+		e, f, err := p.l2Get(ctx, k)
+		switch {
+		case err != nil:
+			// The write-back would fail too: load, in L1 only.
+			return p.beating(ctx, &loadItem{key: k, lease: lease, failOpen: err}), false
+		case f == cache.Fresh:
+			p.release(ctx, k, lease)
+			p.fillL1(k, e, out.o)
+			out.o.res, out.err = fromEntry(&e, SourceL2)
+			out.set = true
+			return nil, false
+		}
+		return p.beating(ctx, &loadItem{key: k, lease: lease}), false
+	case errors.Is(err, lock.ErrNotAcquired):
+		if p.swr && f == cache.Stale && !e.NotFound {
+			// Another process refreshes it: serve the stale copy now.
+			out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
+			out.set = true
+			return nil, false
+		}
+		return nil, true
+	case ctx.Err() != nil:
+		out.err, out.set = err, true
+		return nil, false
+	}
+	p.failOpen(ctx, nil, "lock_acquire", err)
+	p.lockOutcome(ctx, nil, "failed_open", start, nil)
+	return &loadItem{key: k, failOpen: err}, false
 }
 
 // lookMany reads each key's value and, unless it is fresh, tries its lock:
@@ -1102,11 +1142,9 @@ func (p *Pipeline[V]) keepAliveMany(ctx context.Context, items []*loadItem) (sto
 		return func() {}
 	}
 	if p.rlock == nil {
-		// A backend's leases beat one by one, until released or
-		// forgotten (by their write-back, or by releaseMany).
-		for _, it := range held {
-			it.lease.KeepAlive(ctx, func(error) { it.lost.Store(true) })
-		}
+		// A backend's leases beat one by one from their grant (see
+		// beating), until released or forgotten (by their write-back,
+		// or by releaseMany).
 		return func() {}
 	}
 	quit, done := make(chan struct{}), make(chan struct{})

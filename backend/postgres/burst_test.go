@@ -12,7 +12,8 @@ import (
 // timeout, breaker, lock) and whose pools have pgxpool's default size,
 // and fails t unless every key is loaded exactly once across the pods,
 // no call fails open, and every caller of a key gets the same value.
-func burstWithDefaults(t *testing.T, npods, nkeys int) {
+// With many, each pod asks its keys in one GetMany.
+func burstWithDefaults(t *testing.T, npods, nkeys int, many bool) {
 	f := newFixture(t, Options{})
 	server(t)
 	keys := make([]string, nkeys)
@@ -20,7 +21,7 @@ func burstWithDefaults(t *testing.T, npods, nkeys int) {
 		keys[i] = fmt.Sprintf("cold:%d", i)
 	}
 	fl := startPods(t, pods(f, npods, podConfig{Keys: keys, Callers: 1, Parallel: true,
-		Load: 100 * time.Millisecond, Counted: true, Defaults: true}))
+		Load: 100 * time.Millisecond, Counted: true, Defaults: true, Many: many}))
 	start := time.Now()
 	fl.goAll(all(npods)...)
 	tl := fl.collect(npods, nil)
@@ -42,8 +43,8 @@ func burstWithDefaults(t *testing.T, npods, nkeys int) {
 			failedOpen += n
 		}
 	}
-	t.Logf("%d cold keys x %d pods: %v, %d loads, %d of %d calls failed open, sources %v",
-		nkeys, npods, took.Round(time.Millisecond), loads, failedOpen, npods*nkeys, tl.sources)
+	t.Logf("%d cold keys x %d pods (GetMany: %v): %v, %d loads, %d of %d calls failed open, sources %v",
+		nkeys, npods, many, took.Round(time.Millisecond), loads, failedOpen, npods*nkeys, tl.sources)
 	if failedOpen > 0 || multi > 0 {
 		t.Errorf("%d loads for %d keys (%d keys not loaded exactly once, first: %s), %d calls failed open; "+
 			"want one load per key and none failing open", loads, nkeys, multi, strings.Join(extra, " "), failedOpen)

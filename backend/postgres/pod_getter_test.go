@@ -8,9 +8,9 @@ import (
 	"github.com/herdguard/herdguard/resilience"
 )
 
-// newGetter returns a pod's getter: a pipeline on the backend, as a
-// service builds it.
-func newGetter(b *Backend, c podConfig) (getFunc, func(), error) {
+// newGetter returns a pod's getters, of one key and of many: a pipeline
+// on the backend, as a service builds it.
+func newGetter(b *Backend, c podConfig) (getFunc, manyFunc, func(), error) {
 	ttl := c.Fresh
 	if ttl == 0 {
 		ttl = time.Minute
@@ -31,7 +31,7 @@ func newGetter(b *Backend, c podConfig) (getFunc, func(), error) {
 		Lock(resilience.LockSettings{Heartbeat: c.Beat, Lease: c.Lease}).
 		Build()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	get := func(ctx context.Context, key string, load func(context.Context, string) (string, error)) (string, string, error) {
 		r, err := pipe.GetResult(ctx, key, load)
@@ -41,5 +41,8 @@ func newGetter(b *Backend, c podConfig) (getFunc, func(), error) {
 		}
 		return r.Value, src, err
 	}
-	return get, func() { _ = pipe.Close() }, nil
+	many := func(ctx context.Context, keys []string, load resilience.LoadManyFunc[string]) (map[string]resilience.Result[string], error) {
+		return pipe.GetMany(ctx, keys, load)
+	}
+	return get, many, func() { _ = pipe.Close() }, nil
 }

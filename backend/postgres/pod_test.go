@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/herdguard/herdguard/resilience"
 )
 
 // podEnv carries a pod's configuration, as JSON, from the parent test to
@@ -47,6 +50,9 @@ type podConfig struct {
 	// Defaults gives the pipeline the library's defaults, the operation
 	// timeout included.
 	Defaults bool `json:"defaults,omitempty"`
+	// Many asks every key in one GetMany, whose loader takes Load for
+	// the keys it is given; each key's result is reported.
+	Many bool `json:"many,omitempty"`
 }
 
 // event is a pod -> parent message, one JSON line on the pod's stdout.
@@ -92,6 +98,9 @@ func podMain(cfg string) int {
 // the value and where it came from.
 type getFunc func(ctx context.Context, key string, load func(ctx context.Context, key string) (string, error)) (string, string, error)
 
+// manyFunc is a pod's GetMany.
+type manyFunc func(ctx context.Context, keys []string, load resilience.LoadManyFunc[string]) (map[string]resilience.Result[string], error)
+
 func runPod(c podConfig, in io.Reader, out io.Writer) error {
 	em := &emitter{enc: json.NewEncoder(out)}
 	ctx := context.Background()
@@ -104,7 +113,7 @@ func runPod(c podConfig, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	get, closeGet, err := newGetter(b, c)
+	get, many, closeGet, err := newGetter(b, c)
 	if err != nil {
 		return err
 	}
@@ -127,6 +136,10 @@ func runPod(c podConfig, in io.Reader, out io.Writer) error {
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
+	}
+	if c.Many {
+		manyPod(ctx, c, em, many)
+		return nil
 	}
 	var calls atomic.Int64
 	end := time.Now().Add(c.Repeat)
@@ -303,4 +316,47 @@ func (f *fleet) kill(i int) {
 	if err := f.cmds[i].Process.Signal(syscall.SIGKILL); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// manyPod asks c.Keys in one GetMany and reports each key's load and
+// result, then done.
+func manyPod(ctx context.Context, c podConfig, em *emitter, many manyFunc) {
+	load := func(ctx context.Context, keys []string) (map[string]string, error) {
+		for _, k := range keys {
+			em.emit(event{Ev: "load", Pod: c.Pod, Key: k})
+		}
+		t := time.NewTimer(c.Load)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		m := make(map[string]string, len(keys))
+		for _, k := range keys {
+			m[k] = fmt.Sprintf("%s@pod%d", k, c.Pod)
+		}
+		return m, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	rs, err := many(cctx, c.Keys, load)
+	for _, k := range c.Keys {
+		r := rs[k]
+		ev := event{Ev: "result", Pod: c.Pod, Key: k, Value: r.Value, Source: r.Source.String()}
+		if r.FailedOpen {
+			ev.Source += "+failed-open"
+		}
+		var ke resilience.KeyErrors
+		switch {
+		case errors.As(err, &ke):
+			if ke[k] != nil {
+				ev.Err = ke[k].Error()
+			}
+		case err != nil:
+			ev.Err = err.Error()
+		}
+		em.emit(ev)
+	}
+	em.emit(event{Ev: "done", Pod: c.Pod, N: len(c.Keys)})
 }
