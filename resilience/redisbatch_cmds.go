@@ -60,7 +60,9 @@ func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCm
 	budget := b.budget(ctx)
 	done := make(chan *redis.StringCmd, 1)
 	go func() {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, holdFactor*b.timeout))
+		// Not the caller's context, as for a batch (see exec): the load
+		// is the batcher's round trip, not a child of the caller's span.
+		lctx, cancel := context.WithTimeout(context.Background(), max(budget, holdFactor*b.timeout))
 		defer cancel()
 		done <- b.client.ScriptLoad(lctx, script)
 	}()

@@ -147,8 +147,8 @@ type contender struct {
 }
 
 // Run runs the harness: it starts Redis if asked and a fleet of pods per
-// mode, one warm-up round per mode (not reported: it loads the scripts and
-// opens the connections), then cfg.Rounds rounds on fresh keys, the modes
+// mode, a warm-up round per mode (not reported: it loads the scripts and
+// opens the connections; see warmUp), then cfg.Rounds rounds on fresh keys, the modes
 // taking turns (round r starting with mode r-1, round-robin), calling
 // report after each.
 func Run(ctx context.Context, cfg Config, report func(RoundStats)) error {
@@ -196,7 +196,7 @@ func Run(ctx context.Context, cfg Config, report func(RoundStats)) error {
 		cs = append(cs, c)
 	}
 	for _, c := range cs {
-		if _, err := runOne(ctx, c, admin, cfg, 0, "warmup", nil); err != nil {
+		if err := warmUp(ctx, c, admin, cfg); err != nil {
 			return err
 		}
 	}
@@ -221,6 +221,35 @@ func Run(ctx context.Context, cfg Config, report func(RoundStats)) error {
 		errs = append(errs, c.fleet.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// maxWarmUps bounds the warm-up rounds of a mode.
+const maxWarmUps = 4
+
+// warmUp runs c's warm-up round, and runs it again (on new keys) while a
+// pod's Redis breaker opened in it or was not closed when it started: a
+// new process's first burst on a loaded machine (its runtime growing its
+// heap and stacks under a thousand goroutines) can miss the operation
+// timeout, and the rounds are to measure the steady state. Each retry
+// waits for the breaker's open timeout first, and is said on stderr.
+func warmUp(ctx context.Context, c *contender, admin *redis.Client, cfg Config) error {
+	for w := range maxWarmUps {
+		st, err := runOne(ctx, c, admin, cfg, 0, fmt.Sprintf("warmup%d", w), nil)
+		if err != nil {
+			return err
+		}
+		if st.BreakerOpenPods == 0 {
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "stampede: %s: warm-up %d: the Redis breaker of %d of %d pods was open; warming up again\n",
+			c.mode, w+1, st.BreakerOpenPods, st.Pods)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(resilience.DefaultRedisOpenTimeout):
+		}
+	}
+	return nil
 }
 
 // startContender starts mode's pods and waits until they are ready.

@@ -35,7 +35,9 @@
 // once, the most loads of one key, keys whose callers got different
 // values), Redis figures are given per key, and locks_left comes with the
 // longest PTTL among the locks. An unreported warm-up round per mode first
-// loads the scripts and opens the connections.
+// loads the scripts and opens the connections; it is run again (up to 4
+// times, said on stderr) while a pod's Redis breaker opened in it, so that
+// the rounds start from the steady state.
 //
 // Modes: pipeline (the toolkit: per-pod single-flight, one lock script,
 // waiters woken by an announcement), poll (every caller tries SET NX PX
