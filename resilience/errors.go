@@ -47,11 +47,17 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("resilience: pipeline %q: %s: %s", e.Pipeline, e.Field, e.Problem)
 }
 
-// PanicError is the error every waiter gets when user code run by the
-// pipeline panics: the loader, a fallback's Default, an IsFailure or
-// Retryable hook. The process does not crash.
+// PanicError is the error every waiter gets when the loader or a
+// fallback's Default panics, or the pipeline's own code does (a bug to
+// report). The process does not crash. A panic elsewhere in the user's
+// code is not one: in an IsFailure hook it counts the error as a failure,
+// in Retryable it ends the retries, in a Codec it is a codec error
+// (cache.ErrCodec: the value is served, not stored), in an OnBreakerChange
+// callback it is dropped.
 type PanicError struct {
-	Stage string // what panicked: "loader", "default", "is_failure", "retryable"
+	// Stage says what panicked: "loader", "default" (a fallback's
+	// Default), or "pipeline" (the pipeline's own code).
+	Stage string
 	Value any    // what it panicked with
 	Stack []byte // the panicking goroutine's stack
 }
