@@ -11,16 +11,30 @@ import (
 
 // Memory is a [Locker] within one process: the embedded default when no
 // Redis is configured. The zero value is ready to use.
+//
+// Fences come from one counter for all keys, so a grant's fence is above
+// every earlier grant's, of its key and of any other: fences never go
+// backwards for a key although nothing is kept for a key once its lock is
+// released. Memory therefore grows with the keys locked at once, not with
+// every key ever locked: a released lock is forgotten at once, and one
+// whose lease ran out unreleased (a holder that never released it) when
+// the table is next swept, which an acquisition does once the table has
+// doubled since the last sweep.
 type Memory struct {
-	mu     sync.Mutex // guards locks and fences
-	locks  map[string]memLock
-	fences map[string]int64
+	mu      sync.Mutex // guards locks, fence and sweepAt
+	locks   map[string]memLock
+	fence   int64 // the last fence granted, for any key
+	sweepAt int   // len(locks) at which TryAcquire drops expired locks
 }
 
 type memLock struct {
 	token   string
 	expires time.Time
 }
+
+// minSweep is the smallest table Memory sweeps for expired locks: below
+// it, a few unreleased entries cost less than looking for them.
+const minSweep = 1024
 
 var _ Locker = (*Memory)(nil)
 
@@ -40,12 +54,26 @@ func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration
 	}
 	if m.locks == nil {
 		m.locks = make(map[string]memLock)
-		m.fences = make(map[string]int64)
+	}
+	if len(m.locks) >= max(m.sweepAt, minSweep) {
+		m.sweep(now)
 	}
 	tok := newToken()
-	m.fences[key]++
+	m.fence++
 	m.locks[key] = memLock{token: tok, expires: now.Add(lease)}
-	return newLease(m, key, tok, m.fences[key], lease, lease/3), nil
+	return newLease(m, key, tok, m.fence, lease, lease/3), nil
+}
+
+// sweep drops the locks whose lease has run out, and sets the size of the
+// next sweep to twice what is left, so that sweeps cost O(1) per
+// acquisition. m.mu must be held.
+func (m *Memory) sweep(now time.Time) {
+	for k, l := range m.locks {
+		if !now.Before(l.expires) {
+			delete(m.locks, k)
+		}
+	}
+	m.sweepAt = 2 * len(m.locks)
 }
 
 // Inspect implements [Locker].
@@ -64,10 +92,13 @@ func (m *Memory) release(_ context.Context, key, token string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.locks[key]
-	if !ok || l.token != token || !time.Now().Before(l.expires) {
+	if !ok || l.token != token {
 		return ErrNotHeld
 	}
-	delete(m.locks, key)
+	delete(m.locks, key) // the holder's own entry, even if its lease ran out
+	if !time.Now().Before(l.expires) {
+		return ErrNotHeld
+	}
 	return nil
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/internal/fallback"
+	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/lock"
 )
@@ -98,8 +98,13 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	}
 	if c.lockOn {
 		l := c.lock
-		if l.Lease < 0 || l.Wait < 0 || l.MaxWait < 0 || l.Poll < 0 || l.Heartbeat < 0 {
-			bad("Lock", "durations must not be negative")
+		for _, d := range []struct {
+			name string
+			d    time.Duration
+		}{{"Lease", l.Lease}, {"Wait", l.Wait}, {"MaxWait", l.MaxWait}, {"Poll", l.Poll}, {"Heartbeat", l.Heartbeat}} {
+			if d.d < 0 {
+				bad("Lock", d.name+" must not be negative (zero takes the default)")
+			}
 		}
 		// Wait (deprecated) only raises MaxWait's default: a MaxWait set
 		// alone may be shorter than Wait's default.

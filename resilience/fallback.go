@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/herdguard/herdguard/internal/fallback"
+	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/telemetry"
 	"go.opentelemetry.io/otel/trace"
 )

@@ -33,7 +33,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/internal/fallback"
+	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/internal/fallback"
+	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )

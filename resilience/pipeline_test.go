@@ -432,6 +432,41 @@ func TestBuild_rejectsBadConfig(t *testing.T) {
 	}
 }
 
+// TestBuild_Lock_negativeDurationNamesField: a negative lock duration is
+// reported by its own name, one error per field.
+func TestBuild_Lock_negativeDurationNamesField(t *testing.T) {
+	cases := []struct {
+		field string
+		s     LockSettings
+	}{
+		{"Lease", LockSettings{Lease: -time.Second}},
+		{"Wait", LockSettings{Wait: -time.Second}},
+		{"MaxWait", LockSettings{MaxWait: -time.Second}},
+		{"Poll", LockSettings{Poll: -time.Second}},
+		{"Heartbeat", LockSettings{Heartbeat: -time.Second}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.field, func(t *testing.T) {
+			p, err := New[int]("x").Cache(time.Minute).Lock(tc.s).Build()
+			if err == nil {
+				_ = p.Close()
+				t.Fatal("Build accepted a negative duration")
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != "Lock" {
+				t.Fatalf("err = %v, want a ConfigError on Lock", err)
+			}
+			if want := tc.field + " must not be negative"; !strings.HasPrefix(ce.Problem, want) {
+				t.Fatalf("problem %q, want it to start with %q", ce.Problem, want)
+			}
+		})
+	}
+	_, err := New[int]("x").Cache(time.Minute).Lock(LockSettings{Lease: -1, Poll: -1}).Build()
+	if err == nil || !strings.Contains(err.Error(), "Lease must not") || !strings.Contains(err.Error(), "Poll must not") {
+		t.Fatalf("two negative fields: err = %v, want both named", err)
+	}
+}
+
 func TestDo_keyless_breakerTimeoutDefault(t *testing.T) {
 	p := build(t, New[string]("post").Keyless().CallTimeout(30*time.Millisecond).DefaultValue("queued"))
 	r, err := p.DoResult(context.Background(), func(ctx context.Context) (string, error) { return "ok", nil })

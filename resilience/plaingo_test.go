@@ -18,7 +18,7 @@ import (
 // breaks silently with a Go release.
 func TestLibrary_plainGo(t *testing.T) {
 	var files []string
-	for _, dir := range []string{".", "httpx", "../cache", "../lock", "../breaker", "../telemetry", "../internal/*", "../backend/postgres"} {
+	for _, dir := range []string{".", "httpx", "../cache", "../lock", "../breaker", "../fallback", "../telemetry", "../internal/*", "../backend/postgres"} {
 		m, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

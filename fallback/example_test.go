@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/herdguard/herdguard/internal/fallback"
+	"github.com/herdguard/herdguard/fallback"
 )
 
 func ExampleChain() {
