@@ -76,8 +76,12 @@ func (s RetrySettings) validate() string {
 	switch {
 	case s.MaxAttempts < 0:
 		return "MaxAttempts must not be negative"
-	case s.Initial < 0 || s.Max < 0 || s.MaxElapsed < 0:
-		return "durations must not be negative"
+	case s.Initial < 0:
+		return "Initial must not be negative"
+	case s.Max < 0:
+		return "Max must not be negative"
+	case s.MaxElapsed < 0:
+		return "MaxElapsed must not be negative"
 	case s.Multiplier != 0 && s.Multiplier < 1:
 		return "Multiplier must be at least 1"
 	case s.RandomizationFactor < 0 || s.RandomizationFactor >= 1:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,23 +169,24 @@ func TestRetrySettings_withDefaults(t *testing.T) {
 func TestRetrySettings_validate(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	tests := []struct {
-		name string
-		s    RetrySettings
-		ok   bool
+		name  string
+		s     RetrySettings
+		field string // named by the problem; "" for none
 	}{
-		{"zero", RetrySettings{}, true},
-		{"negative attempts", RetrySettings{MaxAttempts: -1}, false},
-		{"negative initial", RetrySettings{Initial: -time.Second}, false},
-		{"negative max", RetrySettings{Max: -time.Second}, false},
-		{"negative max elapsed", RetrySettings{MaxElapsed: -time.Second}, false},
-		{"shrinking multiplier", RetrySettings{Multiplier: 0.5}, false},
-		{"negative randomization", RetrySettings{RandomizationFactor: -0.1}, false},
-		{"randomization of one", RetrySettings{RandomizationFactor: 1}, false},
+		{"zero", RetrySettings{}, ""},
+		{"negative attempts", RetrySettings{MaxAttempts: -1}, "MaxAttempts"},
+		{"negative initial", RetrySettings{Initial: -time.Second}, "Initial"},
+		{"negative max", RetrySettings{Max: -time.Second}, "Max"},
+		{"negative max elapsed", RetrySettings{MaxElapsed: -time.Second}, "MaxElapsed"},
+		{"shrinking multiplier", RetrySettings{Multiplier: 0.5}, "Multiplier"},
+		{"negative randomization", RetrySettings{RandomizationFactor: -0.1}, "RandomizationFactor"},
+		{"randomization of one", RetrySettings{RandomizationFactor: 1}, "RandomizationFactor"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if p := tt.s.validate(); (p == "") != tt.ok {
-				t.Errorf("validate() = %q, want ok = %v", p, tt.ok)
+			p := tt.s.validate()
+			if tt.field == "" && p != "" || tt.field != "" && !strings.HasPrefix(p, tt.field+" ") {
+				t.Errorf("validate() = %q, want a problem naming %q", p, tt.field)
 			}
 		})
 	}
