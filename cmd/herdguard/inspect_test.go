@@ -8,6 +8,7 @@ import (
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -155,18 +156,25 @@ func TestInspect_lockAliveThenDead(t *testing.T) {
 	}
 }
 
-// TestInspect_foreignLock: a lock key this library did not write (no
-// expiry) is one TryAcquire takes over.
+// TestInspect_foreignLock: a lock key this library did not write (another
+// type, or a lock hash without an expiry) is one TryAcquire takes over.
 func TestInspect_foreignLock(t *testing.T) {
 	ctx := context.Background()
 	name := redistest.Namespace(t)
 	keys := mustKeys(t, name)
-	if err := rdb.Set(ctx, keys.Lock("k"), "x", 0).Err(); err != nil {
+	if err := rdb.Set(ctx, keys.Lock("string"), "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var r inspectReport
-	cliJSON(t, &r, "inspect", "-pipeline", name, "k")
-	if !r.Lock.Held || !r.Lock.Foreign || r.Lock.TakeOver != "foreign" {
-		t.Fatalf("lock %+v, want foreign", r.Lock)
+	now := time.Now().UnixMilli()
+	if err := rdb.HSet(ctx, keys.Lock("no-expiry"), rkey.LockToken, "tok", rkey.LockFence, "7",
+		rkey.LockBeat, now, rkey.LockDeadAfter, 3_600_000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"string", "no-expiry"} {
+		var r inspectReport
+		cliJSON(t, &r, "inspect", "-pipeline", name, key)
+		if !r.Lock.Held || !r.Lock.Foreign || r.Lock.TakeOver != "foreign" {
+			t.Fatalf("lock of %s: %+v, want foreign", key, r.Lock)
+		}
 	}
 }

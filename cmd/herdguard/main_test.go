@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,6 +136,39 @@ func TestRun_badInput(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d and stderr with %q", code, out, errOut, tt.code, tt.inStderr)
 			}
 		})
+	}
+}
+
+// TestRun_silentRedis: a server that accepts connections and never
+// answers fails the command within its timeout.
+func TestRun_silentRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(conns.Wait)
+	done := make(chan struct{})
+	defer close(done)
+	defer ln.Close()
+	// The accept loop ends when ln closes; each connection is held open,
+	// silent, until the test ends.
+	conns.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() { <-done; _ = c.Close() })
+		}
+	})
+	start := time.Now()
+	_, errOut, code := cli(t, "inspect", "-redis", ln.Addr().String(), "-pipeline", "p", "-timeout", "300ms", "k")
+	if code != exitFailure || !strings.Contains(errOut, "did not answer within 300ms") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %v with -timeout 300ms", d)
 	}
 }
 
