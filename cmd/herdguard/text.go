@@ -38,7 +38,7 @@ func writeInspect(out io.Writer, r inspectReport) error {
 		row("  load took", ms(v.LoadMillis))
 	}
 	if v.Bytes > 0 {
-		row("  bytes", strconv.Itoa(v.Bytes))
+		row("  stored bytes", strconv.Itoa(v.Bytes))
 	}
 	if v.Undecodable != "" {
 		row("  undecodable", v.Undecodable)
@@ -109,5 +109,5 @@ func when(t time.Time) string {
 	if d < 0 {
 		rel = strings.TrimPrefix(d.String(), "-") + " ago"
 	}
-	return t.Format(time.RFC3339Nano) + " (" + rel + ")"
+	return t.Format("2006-01-02T15:04:05.000Z07:00") + " (" + rel + ")"
 }
