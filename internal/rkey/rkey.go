@@ -51,6 +51,23 @@ const (
 	FieldExpires = "x"
 )
 
+// Field names of the hash stored at a lock key, as package lock's scripts
+// write them (acquire.lua, extend.lua) and package cache's read the token
+// and the grant's fence (set.lua, fence.lua). The key's expiry is the
+// lease.
+const (
+	// LockToken holds the holder's random token.
+	LockToken = "t"
+	// LockFence holds the grant's fencing number, as a decimal integer.
+	LockFence = "f"
+	// LockBeat holds the holder's last heartbeat, in Unix milliseconds of
+	// the Redis server's clock.
+	LockBeat = "h"
+	// LockDeadAfter holds how long after its last beat the holder counts
+	// as dead, in milliseconds, as the holder declared it.
+	LockDeadAfter = "s"
+)
+
 // Space names the keys of one namespace. The zero value is not usable; build
 // one with [New].
 type Space struct {
@@ -100,6 +117,33 @@ func (s Space) Lock(key string) string { return s.head + escape(key) + "}:lock" 
 
 // Fence returns the key that holds key's fence counter.
 func (s Space) Fence(key string) string { return s.head + escape(key) + "}:fence" }
+
+// LockPattern returns a SCAN MATCH pattern that matches the lock keys of
+// the namespace and nothing else: its prefix and namespace with glob
+// characters escaped.
+func (s Space) LockPattern() string {
+	return globEscaper.Replace(s.head) + "*}:lock"
+}
+
+// globEscaper quotes the characters SCAN MATCH treats as special.
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+
+// unescaper undoes escape.
+var unescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+
+// KeyOfLock returns the cache key whose lock is at name, and whether name
+// is a lock key of the namespace.
+func (s Space) KeyOfLock(name string) (key string, ok bool) {
+	const tail = "}:lock"
+	if !strings.HasPrefix(name, s.head) || !strings.HasSuffix(name, tail) || len(name) < len(s.head)+len(tail) {
+		return "", false
+	}
+	k := name[len(s.head) : len(name)-len(tail)]
+	if strings.ContainsAny(k, "{}") {
+		return "", false
+	}
+	return unescaper.Replace(k), true
+}
 
 // Channel returns the announcement channel of the namespace.
 func (s Space) Channel() string { return s.channel }

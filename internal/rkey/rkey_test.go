@@ -91,3 +91,29 @@ func TestSpace_hashTagSpansTheWholeKey(t *testing.T) {
 		t.Errorf("%d distinct hash tags for 7 keys", len(tags))
 	}
 }
+
+// TestSpace_KeyOfLock_roundTrip checks that a lock key names its cache key
+// back, and that keys of other namespaces, and other kinds of key, do not.
+func TestSpace_KeyOfLock_roundTrip(t *testing.T) {
+	s, err := New("", "n*[s]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New("", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"k", "", "a:b", "{x}%", "%7B", "}:lock", "*?[\\"} {
+		if got, ok := s.KeyOfLock(s.Lock(key)); !ok || got != key {
+			t.Errorf("KeyOfLock(Lock(%q)) = %q, %v", key, got, ok)
+		}
+		for _, name := range []string{s.Value(key), s.Fence(key), other.Lock(key)} {
+			if got, ok := s.KeyOfLock(name); ok {
+				t.Errorf("KeyOfLock(%q) = %q, true; want false", name, got)
+			}
+		}
+	}
+	if want := `hg:{5:n\*\[s\]:*}:lock`; s.LockPattern() != want {
+		t.Errorf("LockPattern() = %q, want %q", s.LockPattern(), want)
+	}
+}
