@@ -12,13 +12,13 @@ import (
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
-// aclRule is the README's ACL for a herdguard user (Security section).
+// aclRule is the documented ACL for a herdguard user (docs/security.md).
 const aclRule = "on >pw resetkeys ~hg:* resetchannels &hg:* -@all +@connection +evalsha +script|load +hget +del +publish +subscribe +unsubscribe +type +hmget +hset +pexpire +pttl +get +set +time"
 
 // TestACL_documentedRuleIsEnough runs every Redis path of a pipeline with
 // Lock and Encrypt (a cold miss: look, lock, write-back, release and
 // announce; a waiter woken by the announcement; an L2 hit; an
-// invalidation) as a user limited to the README's rule: nothing fails
+// invalidation) as a user limited to the documented rule: nothing fails
 // open. Without one of its commands, calls fail open.
 func TestACL_documentedRuleIsEnough(t *testing.T) {
 	srv := redistest.Start(t)

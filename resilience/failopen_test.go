@@ -25,7 +25,7 @@ import (
 // timeouts, and the Redis breaker's half-open probe restores L2 and locking.
 //
 // Each test uses its own clients: the Redis breaker is shared per client.
-// Figures for the README's failure-mode table are logged with t.Logf; run
+// Figures for the table in docs/failure-modes.md are logged with t.Logf; run
 // with -v to see them.
 
 const (

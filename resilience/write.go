@@ -84,7 +84,7 @@ func (p *Pipeline[V]) Set(ctx context.Context, key string, value V) error {
 // Across processes, the guarantee rests on each process's subscription
 // (one per pipeline, held whenever Redis is configured). A process that
 // has it drops its copy when the announcement arrives (about a
-// millisecond on one host; see the README). A process that lost it (a
+// millisecond on one host; see docs/writes.md). A process that lost it (a
 // broken link, a Redis restart) cannot hear announcements meanwhile: it
 // serves its in-process copies until their L1TTL ends, and drops every
 // one of them when the subscription is confirmed again. So a process

@@ -12,6 +12,6 @@
 // poolers and need no session held for the length of a load. Fences come
 // from the lock row, the stored value and the database's clock, so they
 // never go backwards, even when the rows are lost. Waiters are woken by
-// LISTEN/NOTIFY on one connection per pipeline. See the README's
-// "PostgreSQL backend" section for the design and its limits.
+// LISTEN/NOTIFY on one connection per pipeline. See the "PostgreSQL
+// backend" section of docs/backends.md for the design and its limits.
 package postgres
