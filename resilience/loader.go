@@ -19,6 +19,9 @@ import (
 // (nil: unlocked).
 func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFunc[V], g *grant, o *outcome[V]) error {
 	lctx, ttl := withLoaderTTL(ctx) // for SetTTL
+	if g != nil && !o.res.FailedOpen {
+		lctx = withFence(lctx, key, g.lease.Fence()) // for Fence
+	}
 	v, took, err := p.callLoader(lctx, key, load)
 	notFound := errors.Is(err, ErrNotFound)
 	if err != nil && !(notFound && p.negTTL > 0) {

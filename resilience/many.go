@@ -937,7 +937,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 		keys[i] = it.key
 	}
 	stop := p.keepAliveMany(ctx, items)
-	vals, keyErrs, took, err := p.callLoadMany(ctx, keys, load)
+	vals, keyErrs, took, err := p.callLoadMany(withFences(ctx, items), keys, load)
 	stop()
 	allNotFound := errors.Is(err, ErrNotFound)
 	if allNotFound {

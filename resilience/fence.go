@@ -1,0 +1,65 @@
+package resilience
+
+import "context"
+
+// Fence returns the fence of the lock grant under which the current load
+// of key runs: call it from a [LoadFunc] or [LoadManyFunc] that a
+// pipeline with Lock called for a key it won. A key's fences only grow (a
+// holder that takes over a dead one has a higher fence than it had), and
+// the pipeline's own write-back into the cache is fenced by it; a loader
+// that also writes elsewhere (a materialized view, a search index, a
+// webhook) can fence that write the same way: keep the fence beside the
+// row and refuse a write with a lower one (UPDATE ... WHERE fence < $1),
+// so that a paused holder whose grant was taken over cannot overwrite the
+// newer holder's write.
+//
+// ok is false outside a locked load of key: without Lock, for a load that
+// failed open (Redis or the backend failing), after MaxWait, or for a key
+// of a GetMany that this process loaded without the lock.
+func Fence(ctx context.Context, key string) (fence int64, ok bool) {
+	f, _ := ctx.Value(fenceKey{}).(*loadFences)
+	if f == nil {
+		return 0, false
+	}
+	if f.many != nil {
+		fence, ok = f.many[key]
+		return fence, ok
+	}
+	if f.key == key {
+		return f.fence, true
+	}
+	return 0, false
+}
+
+// fenceKey is the context key of the fences of a locked load.
+type fenceKey struct{}
+
+// loadFences are the fences of one load: of key, or of each key of many.
+type loadFences struct {
+	key   string
+	fence int64
+	many  map[string]int64
+}
+
+// withFence is ctx for a load of key under a grant of fence.
+func withFence(ctx context.Context, key string, fence int64) context.Context {
+	return context.WithValue(ctx, fenceKey{}, &loadFences{key: key, fence: fence})
+}
+
+// withFences is ctx for a batch load: the fences of its keys under a
+// lease; none, ctx as it is.
+func withFences(ctx context.Context, items []*loadItem) context.Context {
+	var many map[string]int64
+	for _, it := range items {
+		if it.lease != nil && it.failOpen == nil {
+			if many == nil {
+				many = make(map[string]int64)
+			}
+			many[it.key] = it.lease.Fence()
+		}
+	}
+	if many == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, fenceKey{}, &loadFences{many: many})
+}
