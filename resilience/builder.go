@@ -37,8 +37,6 @@ const (
 	// DefaultLockLease is how long a lock holder owns the lock before it
 	// expires on its own; a watchdog extends it while the loader runs.
 	DefaultLockLease = 30 * time.Second
-	// DefaultLockWait is the default of the deprecated LockSettings.Wait.
-	DefaultLockWait = 5 * time.Second
 	// DefaultLockMaxWait caps the wait while the holder is still alive
 	// (beating).
 	DefaultLockMaxWait = 30 * time.Second
@@ -65,16 +63,11 @@ type LockSettings struct {
 	// Lease is how long a holder owns the lock.
 	// default: 30 seconds (DefaultLockLease)
 	Lease time.Duration
-	// Wait raises the default of MaxWait to itself; it has no other
-	// effect. Waiters no longer guess whether the holder lives from how
-	// long they have waited: they see its heartbeat, wait for a live
-	// holder up to MaxWait, and take a dead one over (exactly one of
-	// them, under a new grant) as soon as it misses two beats.
-	//
-	// Deprecated: set MaxWait.
-	Wait time.Duration
 	// MaxWait caps the wait while the holder is alive; past it, a waiter
-	// loads without the lock.
+	// loads without the lock. Waiters do not guess whether the holder
+	// lives from how long they have waited: they see its heartbeat, and
+	// one of them takes a dead holder over (under a new grant) as soon as
+	// it misses two beats.
 	// default: 30 seconds (DefaultLockMaxWait)
 	MaxWait time.Duration
 	// Heartbeat is how often the holder's watchdog extends its lease and

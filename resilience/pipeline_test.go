@@ -407,7 +407,6 @@ func TestBuild_rejectsBadConfig(t *testing.T) {
 		{"swr without stale", New[int]("x").Cache(time.Minute).StaleWhileRevalidate(), "StaleWhileRevalidate"},
 		{"l1 ttl longer", New[int]("x").Cache(time.Minute).L1TTL(time.Hour), "L1TTL"},
 		{"jitter out of range", New[int]("x").Cache(time.Minute).Jitter(1.5), "Jitter"},
-		{"max wait below wait", New[int]("x").Cache(time.Minute).Lock(LockSettings{Wait: time.Minute, MaxWait: time.Second}), "Lock"},
 		{"call timeout on keyed", New[int]("x").Cache(time.Minute).CallTimeout(time.Second), "CallTimeout"},
 		{"flight shorter than timeout", New[int]("x").Cache(time.Minute).Timeout(time.Minute).FlightTimeout(time.Second), "FlightTimeout"},
 		{"bad retry", New[int]("x").Keyless().Retry(RetrySettings{MaxAttempts: -1}), "Retry"},
@@ -440,7 +439,6 @@ func TestBuild_Lock_negativeDurationNamesField(t *testing.T) {
 		s     LockSettings
 	}{
 		{"Lease", LockSettings{Lease: -time.Second}},
-		{"Wait", LockSettings{Wait: -time.Second}},
 		{"MaxWait", LockSettings{MaxWait: -time.Second}},
 		{"Poll", LockSettings{Poll: -time.Second}},
 		{"Heartbeat", LockSettings{Heartbeat: -time.Second}},

@@ -183,7 +183,7 @@ func telPod(t *testing.T, s *redistest.Server, tp trace.TracerProvider, lockOn b
 	b := New[string]("tel").Cache(time.Minute).SingleFlight().TracerProvider(tp).
 		Redis(s.Client()).RedisOptions(RedisOptions{OpTimeout: 500 * time.Millisecond})
 	if lockOn {
-		b = b.Lock(LockSettings{Wait: 10 * time.Second, MaxWait: 20 * time.Second, Poll: 3 * time.Second})
+		b = b.Lock(LockSettings{MaxWait: 20 * time.Second, Poll: 3 * time.Second})
 	}
 	return build(t, b)
 }
