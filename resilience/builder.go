@@ -431,17 +431,32 @@ func (b *Builder[V]) IsFailure(fn func(error) bool) *Builder[V] {
 func (b *Builder[V]) Logger(l *slog.Logger) *Builder[V] { b.c.logger = l; return b }
 
 // Telemetry sets the providers and key policy; see [telemetry.Config].
+// A provider c leaves nil keeps the one an earlier
+// [Builder.TracerProvider] or [Builder.MeterProvider] set: of the calls
+// that set a provider, the last one wins, in either order. Keys and
+// HitSpans are set only here, as c has them.
 // default: the global providers, keys off spans
-func (b *Builder[V]) Telemetry(c telemetry.Config) *Builder[V] { b.c.telemetry = c; return b }
+func (b *Builder[V]) Telemetry(c telemetry.Config) *Builder[V] {
+	if c.TracerProvider == nil {
+		c.TracerProvider = b.c.telemetry.TracerProvider
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = b.c.telemetry.MeterProvider
+	}
+	b.c.telemetry = c
+	return b
+}
 
-// TracerProvider sets the TracerProvider.
+// TracerProvider sets the TracerProvider, as the TracerProvider field of
+// [Builder.Telemetry] does: the last of the two calls to set one wins.
 // default: otel.GetTracerProvider()
 func (b *Builder[V]) TracerProvider(tp trace.TracerProvider) *Builder[V] {
 	b.c.telemetry.TracerProvider = tp
 	return b
 }
 
-// MeterProvider sets the MeterProvider.
+// MeterProvider sets the MeterProvider, as the MeterProvider field of
+// [Builder.Telemetry] does: the last of the two calls to set one wins.
 // default: otel.GetMeterProvider()
 func (b *Builder[V]) MeterProvider(mp metric.MeterProvider) *Builder[V] {
 	b.c.telemetry.MeterProvider = mp
