@@ -396,7 +396,13 @@ func (b *Builder[V]) badStoreOptions(field string, opTimeout time.Duration, ring
 }
 
 // Default makes fn the fallback chain's last resort: when the loader fails
-// and no stale copy is left, fn's value is served.
+// and no stale copy is left, fn's value is served. fn is given the key and
+// the loader's error, so it can answer by key or by cause; an error from
+// fn is returned as a [*fallback.DefaultError] holding both errors. Use
+// [Builder.DefaultValue] for one value for every key. Default and
+// DefaultValue set the same last resort: the later call replaces the
+// earlier one.
+// default: none (the loader's error is returned)
 func (b *Builder[V]) Default(fn func(ctx context.Context, key string, cause error) (V, error)) *Builder[V] {
 	if fn == nil {
 		return b.fail("Default", "fn is nil")
@@ -406,6 +412,9 @@ func (b *Builder[V]) Default(fn func(ctx context.Context, key string, cause erro
 }
 
 // DefaultValue serves v when the loader fails and no stale copy is left.
+// It is [Builder.Default] with a fn that returns v and no error, for every
+// key and every cause.
+// default: none (the loader's error is returned)
 func (b *Builder[V]) DefaultValue(v V) *Builder[V] {
 	b.c.defaultFn = func(context.Context, string, error) (V, error) { return v, nil }
 	return b
