@@ -101,15 +101,10 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		for _, d := range []struct {
 			name string
 			d    time.Duration
-		}{{"Lease", l.Lease}, {"Wait", l.Wait}, {"MaxWait", l.MaxWait}, {"Poll", l.Poll}, {"Heartbeat", l.Heartbeat}} {
+		}{{"Lease", l.Lease}, {"MaxWait", l.MaxWait}, {"Poll", l.Poll}, {"Heartbeat", l.Heartbeat}} {
 			if d.d < 0 {
 				bad("Lock", d.name+" must not be negative (zero takes the default)")
 			}
-		}
-		// Wait (deprecated) only raises MaxWait's default: a MaxWait set
-		// alone may be shorter than Wait's default.
-		if l.Wait > 0 && l.MaxWait > 0 && l.MaxWait < l.Wait {
-			bad("Lock", "MaxWait must be at least Wait")
 		}
 	}
 	if !c.timeoutSet && !c.keyless {
@@ -210,11 +205,8 @@ func lockDefaults(l LockSettings) LockSettings {
 	if l.Lease == 0 {
 		l.Lease = DefaultLockLease
 	}
-	if l.Wait == 0 {
-		l.Wait = DefaultLockWait
-	}
 	if l.MaxWait == 0 {
-		l.MaxWait = max(DefaultLockMaxWait, l.Wait)
+		l.MaxWait = DefaultLockMaxWait
 	}
 	if l.Poll == 0 {
 		l.Poll = 200 * time.Millisecond

@@ -37,8 +37,6 @@ const (
 	// DefaultLockLease is how long a lock holder owns the lock before it
 	// expires on its own; a watchdog extends it while the loader runs.
 	DefaultLockLease = 30 * time.Second
-	// DefaultLockWait is the default of the deprecated LockSettings.Wait.
-	DefaultLockWait = 5 * time.Second
 	// DefaultLockMaxWait caps the wait while the holder is still alive
 	// (beating).
 	DefaultLockMaxWait = 30 * time.Second
@@ -65,16 +63,11 @@ type LockSettings struct {
 	// Lease is how long a holder owns the lock.
 	// default: 30 seconds (DefaultLockLease)
 	Lease time.Duration
-	// Wait raises the default of MaxWait to itself; it has no other
-	// effect. Waiters no longer guess whether the holder lives from how
-	// long they have waited: they see its heartbeat, wait for a live
-	// holder up to MaxWait, and take a dead one over (exactly one of
-	// them, under a new grant) as soon as it misses two beats.
-	//
-	// Deprecated: set MaxWait.
-	Wait time.Duration
 	// MaxWait caps the wait while the holder is alive; past it, a waiter
-	// loads without the lock.
+	// loads without the lock. Waiters do not guess whether the holder
+	// lives from how long they have waited: they see its heartbeat, and
+	// one of them takes a dead holder over (under a new grant) as soon as
+	// it misses two beats.
 	// default: 30 seconds (DefaultLockMaxWait)
 	MaxWait time.Duration
 	// Heartbeat is how often the holder's watchdog extends its lease and
@@ -403,7 +396,13 @@ func (b *Builder[V]) badStoreOptions(field string, opTimeout time.Duration, ring
 }
 
 // Default makes fn the fallback chain's last resort: when the loader fails
-// and no stale copy is left, fn's value is served.
+// and no stale copy is left, fn's value is served. fn is given the key and
+// the loader's error, so it can answer by key or by cause; an error from
+// fn is returned as a [*fallback.DefaultError] holding both errors. Use
+// [Builder.DefaultValue] for one value for every key. Default and
+// DefaultValue set the same last resort: the later call replaces the
+// earlier one.
+// default: none (the loader's error is returned)
 func (b *Builder[V]) Default(fn func(ctx context.Context, key string, cause error) (V, error)) *Builder[V] {
 	if fn == nil {
 		return b.fail("Default", "fn is nil")
@@ -413,6 +412,9 @@ func (b *Builder[V]) Default(fn func(ctx context.Context, key string, cause erro
 }
 
 // DefaultValue serves v when the loader fails and no stale copy is left.
+// It is [Builder.Default] with a fn that returns v and no error, for every
+// key and every cause.
+// default: none (the loader's error is returned)
 func (b *Builder[V]) DefaultValue(v V) *Builder[V] {
 	b.c.defaultFn = func(context.Context, string, error) (V, error) { return v, nil }
 	return b
@@ -438,17 +440,32 @@ func (b *Builder[V]) IsFailure(fn func(error) bool) *Builder[V] {
 func (b *Builder[V]) Logger(l *slog.Logger) *Builder[V] { b.c.logger = l; return b }
 
 // Telemetry sets the providers and key policy; see [telemetry.Config].
+// A provider c leaves nil keeps the one an earlier
+// [Builder.TracerProvider] or [Builder.MeterProvider] set: of the calls
+// that set a provider, the last one wins, in either order. Keys and
+// HitSpans are set only here, as c has them.
 // default: the global providers, keys off spans
-func (b *Builder[V]) Telemetry(c telemetry.Config) *Builder[V] { b.c.telemetry = c; return b }
+func (b *Builder[V]) Telemetry(c telemetry.Config) *Builder[V] {
+	if c.TracerProvider == nil {
+		c.TracerProvider = b.c.telemetry.TracerProvider
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = b.c.telemetry.MeterProvider
+	}
+	b.c.telemetry = c
+	return b
+}
 
-// TracerProvider sets the TracerProvider.
+// TracerProvider sets the TracerProvider, as the TracerProvider field of
+// [Builder.Telemetry] does: the last of the two calls to set one wins.
 // default: otel.GetTracerProvider()
 func (b *Builder[V]) TracerProvider(tp trace.TracerProvider) *Builder[V] {
 	b.c.telemetry.TracerProvider = tp
 	return b
 }
 
-// MeterProvider sets the MeterProvider.
+// MeterProvider sets the MeterProvider, as the MeterProvider field of
+// [Builder.Telemetry] does: the last of the two calls to set one wins.
 // default: otel.GetMeterProvider()
 func (b *Builder[V]) MeterProvider(mp metric.MeterProvider) *Builder[V] {
 	b.c.telemetry.MeterProvider = mp

@@ -162,7 +162,7 @@ func TestFailOpen_redisKilled_midStampede(t *testing.T) {
 	for i := range pods {
 		pipes[i] = faultPod(t, srv, "stampede", breaker.Settings{Failures: 3, OpenTimeout: time.Minute}, nil,
 			func(b *Builder[string]) *Builder[string] {
-				return b.Lock(LockSettings{Lease: 10 * time.Second, Wait: 5 * time.Second, Poll: 50 * time.Millisecond})
+				return b.Lock(LockSettings{Lease: 10 * time.Second, Poll: 50 * time.Millisecond})
 			})
 	}
 	var loads [pods]atomic.Int64
@@ -274,7 +274,7 @@ func testRedisPaused(t *testing.T, pause time.Duration) {
 	tr := &transitions{}
 	p := faultPod(t, srv, "paused", breaker.Settings{Failures: 3, OpenTimeout: 500 * time.Millisecond}, tr,
 		func(b *Builder[string]) *Builder[string] {
-			return b.Lock(LockSettings{Lease: 5 * time.Second, Wait: time.Second, Poll: 50 * time.Millisecond})
+			return b.Lock(LockSettings{Lease: 5 * time.Second, Poll: 50 * time.Millisecond})
 		})
 	load := func(ctx context.Context, key string) (string, error) {
 		if err := sleepCtx(ctx, loadTime); err != nil {
@@ -366,7 +366,7 @@ func TestFailOpen_redisRestarted_l2AndLockResume(t *testing.T) {
 	// whether L2 serves it.
 	p := faultPod(t, srv, "restart", breaker.Settings{Failures: 2, OpenTimeout: openTimeout}, tr,
 		func(b *Builder[string]) *Builder[string] {
-			return b.L1TTL(time.Millisecond).Lock(LockSettings{Lease: 5 * time.Second, Wait: time.Second, Poll: 50 * time.Millisecond})
+			return b.L1TTL(time.Millisecond).Lock(LockSettings{Lease: 5 * time.Second, Poll: 50 * time.Millisecond})
 		})
 	direct := srv.Client() // reads Redis directly, outside the pipeline's breaker
 	var loads atomic.Int64
@@ -470,7 +470,7 @@ func TestFailOpen_redisPaused_whileLockHeld(t *testing.T) {
 			p := build(t, New[string]("pausedlock").Cache(time.Minute).
 				Redis(srv.Client(tc.client)).
 				RedisOptions(RedisOptions{OpTimeout: faultOpTimeout, Breaker: breaker.Settings{Failures: 3, OpenTimeout: 500 * time.Millisecond}}).
-				Lock(LockSettings{Lease: 3 * time.Second, Wait: time.Second, Poll: 50 * time.Millisecond}).
+				Lock(LockSettings{Lease: 3 * time.Second, Poll: 50 * time.Millisecond}).
 				OnBreakerChange(tr.observe))
 			loading := make(chan struct{})
 			var once sync.Once

@@ -297,17 +297,17 @@ func rawValueKey(t *testing.T, name, key string) string {
 }
 
 // TestLock_liveHolderWaitedFor_upToMaxWait: two pipelines of one name on
-// one Redis stand for two processes. A holder whose load outlasts the
-// deprecated Wait and many polls, but keeps beating, is waited for: one
-// load in all. Past MaxWait, a waiter loads without the lock.
+// one Redis stand for two processes. A holder whose load outlasts two of
+// its beats and many polls, but keeps beating, is waited for: one load in
+// all. Past MaxWait, a waiter loads without the lock.
 func TestLock_liveHolderWaitedFor_upToMaxWait(t *testing.T) {
 	ctx := context.Background()
 	t.Run("waited for", func(t *testing.T) {
 		srv := redistest.Start(t)
 		// The holder loads for six of its beats; it counts as dead only
 		// after two silent ones, and the waiters poll every few
-		// milliseconds after a Wait long spent.
-		s := LockSettings{Lease: 3 * time.Second, Wait: 100 * time.Millisecond, MaxWait: 30 * time.Second,
+		// milliseconds.
+		s := LockSettings{Lease: 3 * time.Second, MaxWait: 30 * time.Second,
 			Heartbeat: 250 * time.Millisecond, Poll: 10 * time.Millisecond}
 		const hold = 1500 * time.Millisecond
 		pod := func() *Pipeline[string] {
@@ -346,16 +346,15 @@ func TestLock_liveHolderWaitedFor_upToMaxWait(t *testing.T) {
 		if got := c.calls.Load(); got != 1 {
 			t.Fatalf("loader calls = %d, want 1: a live holder is waited for", got)
 		}
-		if waited < s.Wait {
-			t.Fatalf("waiters returned after %v, before Wait (%v): the holder's load cannot have been waited for", waited, s.Wait)
+		if waited < 2*s.Heartbeat {
+			t.Fatalf("waiters returned after %v, within two beats (%v): the holder's load cannot have been waited for", waited, 2*s.Heartbeat)
 		}
 	})
 	t.Run("past MaxWait", func(t *testing.T) {
 		srv := redistest.Start(t)
 		// The default heartbeat (1 s) keeps the holder alive long past
-		// MaxWait, so the waiter cannot take the lock over. (Build refuses
-		// a MaxWait below the deprecated Wait's default, so Wait is set.)
-		s := LockSettings{Wait: 100 * time.Millisecond, MaxWait: 200 * time.Millisecond, Poll: 10 * time.Millisecond}
+		// MaxWait, so the waiter cannot take the lock over.
+		s := LockSettings{MaxWait: 200 * time.Millisecond, Poll: 10 * time.Millisecond}
 		pod := func() *Pipeline[string] {
 			return build(t, New[string]("max-wait").Cache(time.Minute).Timeout(time.Minute).Redis(srv.Client()).Lock(s))
 		}

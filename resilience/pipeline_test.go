@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -407,7 +408,6 @@ func TestBuild_rejectsBadConfig(t *testing.T) {
 		{"swr without stale", New[int]("x").Cache(time.Minute).StaleWhileRevalidate(), "StaleWhileRevalidate"},
 		{"l1 ttl longer", New[int]("x").Cache(time.Minute).L1TTL(time.Hour), "L1TTL"},
 		{"jitter out of range", New[int]("x").Cache(time.Minute).Jitter(1.5), "Jitter"},
-		{"max wait below wait", New[int]("x").Cache(time.Minute).Lock(LockSettings{Wait: time.Minute, MaxWait: time.Second}), "Lock"},
 		{"call timeout on keyed", New[int]("x").Cache(time.Minute).CallTimeout(time.Second), "CallTimeout"},
 		{"flight shorter than timeout", New[int]("x").Cache(time.Minute).Timeout(time.Minute).FlightTimeout(time.Second), "FlightTimeout"},
 		{"bad retry", New[int]("x").Keyless().Retry(RetrySettings{MaxAttempts: -1}), "Retry"},
@@ -440,7 +440,6 @@ func TestBuild_Lock_negativeDurationNamesField(t *testing.T) {
 		s     LockSettings
 	}{
 		{"Lease", LockSettings{Lease: -time.Second}},
-		{"Wait", LockSettings{Wait: -time.Second}},
 		{"MaxWait", LockSettings{MaxWait: -time.Second}},
 		{"Poll", LockSettings{Poll: -time.Second}},
 		{"Heartbeat", LockSettings{Heartbeat: -time.Second}},
@@ -661,5 +660,28 @@ func TestGet_untracedJoiners(t *testing.T) {
 				t.Fatalf("Stats.NotFound = %d, want %d", s.NotFound, joiners+1)
 			}
 		})
+	}
+}
+
+// TestDefault_errorAndValue: DefaultValue serves its value for every key;
+// an error from Default's fn comes back as a *fallback.DefaultError that
+// holds both errors.
+func TestDefault_errorAndValue(t *testing.T) {
+	ctx := context.Background()
+	errLoad, errDefault := errors.New("load failed"), errors.New("default failed")
+	failing := func(context.Context, string) (int, error) { return 0, errLoad }
+	p := build(t, New[int]("default-value").Cache(time.Minute).DefaultValue(7))
+	for _, key := range []string{"a", "b"} {
+		r, err := p.GetResult(ctx, key, failing)
+		if err != nil || r.Value != 7 || r.Source != SourceDefault || !errors.Is(r.Cause, errLoad) {
+			t.Fatalf("key %s: %+v %v; want 7 from the default, caused by the load", key, r, err)
+		}
+	}
+	q := build(t, New[int]("default-fn").Cache(time.Minute).
+		Default(func(context.Context, string, error) (int, error) { return 0, errDefault }))
+	_, err := q.Get(ctx, "a", failing)
+	var de *fallback.DefaultError
+	if !errors.As(err, &de) || !errors.Is(err, errDefault) || !errors.Is(err, errLoad) {
+		t.Fatalf("err = %v; want a *fallback.DefaultError holding both errors", err)
 	}
 }

@@ -183,7 +183,7 @@ func telPod(t *testing.T, s *redistest.Server, tp trace.TracerProvider, lockOn b
 	b := New[string]("tel").Cache(time.Minute).SingleFlight().TracerProvider(tp).
 		Redis(s.Client()).RedisOptions(RedisOptions{OpTimeout: 500 * time.Millisecond})
 	if lockOn {
-		b = b.Lock(LockSettings{Wait: 10 * time.Second, MaxWait: 20 * time.Second, Poll: 3 * time.Second})
+		b = b.Lock(LockSettings{MaxWait: 20 * time.Second, Poll: 3 * time.Second})
 	}
 	return build(t, b)
 }
@@ -615,6 +615,53 @@ resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.sou
 			t.Fatalf("explicit provider got %d spans, want 3 (get, l1, load)", n)
 		}
 	})
+}
+
+// TestTelemetry_providersAndConfig: Telemetry keeps a provider set by
+// TracerProvider or MeterProvider that its Config leaves nil, in either
+// order, and of two calls that set one provider the last wins.
+func TestTelemetry_providersAndConfig(t *testing.T) {
+	type recs struct {
+		spans, other *telRec
+		meter        *telMeter
+	}
+	cases := []struct {
+		name  string
+		build func(b *Builder[string], r recs) *Builder[string]
+	}{
+		{"providers then Telemetry", func(b *Builder[string], r recs) *Builder[string] {
+			return b.TracerProvider(r.spans.tp).MeterProvider(r.meter.mp).Telemetry(telemetry.Config{HitSpans: true})
+		}},
+		{"Telemetry then providers", func(b *Builder[string], r recs) *Builder[string] {
+			return b.Telemetry(telemetry.Config{HitSpans: true}).TracerProvider(r.spans.tp).MeterProvider(r.meter.mp)
+		}},
+		{"Telemetry's provider last", func(b *Builder[string], r recs) *Builder[string] {
+			return b.TracerProvider(r.other.tp).MeterProvider(r.meter.mp).
+				Telemetry(telemetry.Config{TracerProvider: r.spans.tp, HitSpans: true})
+		}},
+		{"TracerProvider last", func(b *Builder[string], r recs) *Builder[string] {
+			return b.Telemetry(telemetry.Config{TracerProvider: r.other.tp, MeterProvider: r.meter.mp, HitSpans: true}).
+				TracerProvider(r.spans.tp)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := recs{spans: newTelRec(t), other: newTelRec(t), meter: newTelMeter(t)}
+			p := build(t, tc.build(New[string]("tel").Cache(time.Minute), r))
+			telGet(t, context.Background(), p, "k", okLoad)
+			telGet(t, context.Background(), p, "k", okLoad) // an L1 hit: spans only with HitSpans
+			if n := len(r.spans.Ended()); n != 5 {
+				t.Fatalf("provider set last got %d spans, want 5 (get, l1, load; get, l1)", n)
+			}
+			if n := len(r.other.Ended()); n != 0 {
+				t.Fatalf("provider set first, then replaced, got %d spans", n)
+			}
+			got, _ := r.meter.collect(t)
+			if len(got[telemetry.MetricCalls]) == 0 {
+				t.Fatal("no calls counted: the MeterProvider was lost")
+			}
+		})
+	}
 }
 
 // defaultGlobalTP is the global TracerProvider before any test installs one.

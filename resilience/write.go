@@ -73,8 +73,9 @@ func (p *Pipeline[V]) Set(ctx context.Context, key string, value V) error {
 // is revoked (a holder still loading writes nothing when it finishes), and
 // the invalidation is announced: every process drops its in-process copy
 // when it hears it. A load that starts after Invalidate returns runs as
-// usual and its value is stored. The tombstone lives [Pipeline.InvalidateHold];
-// it refuses loads that ran without the lock meanwhile.
+// usual and its value is stored. The tombstone lives for the longest of
+// the lock lease (with Lock), the loader attempt Timeout and a second; it
+// refuses loads that ran without the lock meanwhile.
 //
 // In this process, the in-process entry is dropped, and loads of key that
 // started before Invalidate do not put their values in it. Without
@@ -106,13 +107,13 @@ func (p *Pipeline[V]) Invalidate(ctx context.Context, key string) error {
 	return err
 }
 
-// InvalidateHold is how long Invalidate's tombstone lives in Redis: the
+// invalidateHold is how long Invalidate's tombstone lives in Redis: the
 // longest of the lock lease (with Lock), the loader attempt Timeout and a
 // second. Loads without the lock (after MaxWait, or failing open), whose
 // write-backs carry no fence, are refused meanwhile, so a load that read
 // the old value just before Invalidate cannot store it; with Lock, a
 // holder is stopped by the revoked lock whatever the hold.
-func (p *Pipeline[V]) InvalidateHold() time.Duration {
+func (p *Pipeline[V]) invalidateHold() time.Duration {
 	d := max(p.timeout, time.Second)
 	if p.locker != nil {
 		d = max(d, p.lockCfg.Lease)
@@ -137,7 +138,7 @@ func (p *Pipeline[V]) checkWrite(ctx context.Context, key, op string) error {
 }
 
 func (p *Pipeline[V]) writeOptions() cache.WriteOptions {
-	return cache.WriteOptions{Origin: p.writes.origin, FenceRetention: lock.DefaultFenceRetention, Hold: p.InvalidateHold()}
+	return cache.WriteOptions{Origin: p.writes.origin, FenceRetention: lock.DefaultFenceRetention, Hold: p.invalidateHold()}
 }
 
 // capL1 keeps an entry's L1 freshness within L1TTL.

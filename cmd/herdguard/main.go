@@ -64,7 +64,7 @@ var commands = map[string]command{
 	"invalidate": {summary: "invalidate one key through the library's fenced script", withKey: true, do: invalidate,
 		flags: func(fs *flag.FlagSet, o *options) {
 			fs.DurationVar(&o.hold, "hold", resilience.DefaultLockLease,
-				"how long the tombstone refuses unlocked write-backs (the pipeline's InvalidateHold)")
+				"how long the tombstone refuses unlocked write-backs (a pipeline's: the longest of its lock lease, loader Timeout and 1s)")
 		}},
 }
 

@@ -53,7 +53,6 @@ type podConfig struct {
 
 type lockSettings struct {
 	Lease   time.Duration `json:"lease"`
-	Wait    time.Duration `json:"wait"`
 	MaxWait time.Duration `json:"max_wait"`
 	Poll    time.Duration `json:"poll"`
 }
@@ -226,7 +225,7 @@ func modeGetter(cfg podConfig, client *redis.Client, em *emitter, watch *breaker
 			return r.Value, r.Source.String(), r.FailedOpen, err
 		}, p.Close, nil
 	case modePoll:
-		pl := &pollLock{client: client, lease: cfg.Lock.Lease, wait: cfg.Lock.Wait, prefix: peerPrefix(cfg.Name)}
+		pl := &pollLock{client: client, lease: cfg.Lock.Lease, prefix: peerPrefix(cfg.Name)}
 		return func(ctx context.Context, key string, d time.Duration) (string, string, bool, error) {
 			return pl.get(ctx, key, podLoader(cfg, em, d))
 		}, noClose, nil
@@ -261,8 +260,7 @@ func buildPipeline(cfg podConfig, client redis.UniversalClient, watch *breakerWa
 		Cache(time.Minute).
 		Redis(client).
 		RedisOptions(resilience.RedisOptions{OpTimeout: cfg.OpTimeout}).
-		//lint:ignore SA1019 the -wait flag sets Wait, the setting older runs were measured with
-		Lock(resilience.LockSettings{Lease: cfg.Lock.Lease, Wait: cfg.Lock.Wait, MaxWait: cfg.Lock.MaxWait, Poll: cfg.Lock.Poll}).
+		Lock(resilience.LockSettings{Lease: cfg.Lock.Lease, MaxWait: cfg.Lock.MaxWait, Poll: cfg.Lock.Poll}).
 		Timeout(timeout).
 		FlightTimeout(max(resilience.DefaultFlightTimeout, 2*timeout)).
 		OnBreakerChange(watch.observe).

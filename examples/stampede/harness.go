@@ -328,8 +328,5 @@ func lockDefaultsForReport(l lockSettings) lockSettings {
 	if l.Lease == 0 {
 		l.Lease = resilience.DefaultLockLease
 	}
-	if l.Wait == 0 {
-		l.Wait = resilience.DefaultLockWait
-	}
 	return l
 }

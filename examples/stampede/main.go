@@ -106,7 +106,6 @@ func parseFlags(args []string, errOut io.Writer) (Config, bool, error) {
 	fs.StringVar(&c.Mode, "mode", modePipeline, "pipeline, poll, gocache, redislock or singleflight; several, comma-separated, take turns")
 	fs.BoolVar(&c.GocacheLocal, "gocache-local", true, "gocache mode: go-redis/cache's local TinyLFU cache on")
 	fs.DurationVar(&c.Lock.Lease, "lease", 0, "lock lease (0: the library default, 30s)")
-	fs.DurationVar(&c.Lock.Wait, "wait", 0, "lock wait budget (0: the library default, 5s)")
 	fs.DurationVar(&c.OpTimeout, "op-timeout", 0, "Redis operation timeout in pipeline mode (0: the library default, 200ms)")
 	fs.DurationVar(&c.KillRedisAfter, "kill-redis-after", 0, "SIGKILL the private Redis this long into round 1 (0: never)")
 	fs.DurationVar(&c.RestartRedisAfter, "restart-redis-after", 0, "restart the private Redis this long after -kill-redis-after (0: never)")
@@ -137,8 +136,8 @@ func runMain(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 	if op == 0 {
 		op = resilience.DefaultRedisTimeout
 	}
-	fmt.Fprintf(w, "mode=%s pods=%d keys=%d callers/pod/key=%d load=%v rounds=%d lease=%v wait=%v op_timeout=%v",
-		cfg.Mode, cfg.Pods, max(cfg.Keys, 1), cfg.Callers, cfg.Load, cfg.Rounds, l.Lease, l.Wait, op)
+	fmt.Fprintf(w, "mode=%s pods=%d keys=%d callers/pod/key=%d load=%v rounds=%d lease=%v op_timeout=%v",
+		cfg.Mode, cfg.Pods, max(cfg.Keys, 1), cfg.Callers, cfg.Load, cfg.Rounds, l.Lease, op)
 	if strings.Contains(cfg.Mode, modeGocache) {
 		fmt.Fprintf(w, " gocache_local=%v", cfg.GocacheLocal)
 	}

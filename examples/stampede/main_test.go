@@ -163,7 +163,7 @@ func TestSlowLoader_liveness(t *testing.T) {
 func TestHolderKilled_oneTakeover(t *testing.T) {
 	srv := redistest.Start(t)
 	f, _ := startFleet(t, srv.Addr(), 4, 16, 200*time.Millisecond,
-		lockSettings{Lease: 2 * time.Second, Wait: 20 * time.Second, MaxWait: 40 * time.Second})
+		lockSettings{Lease: 2 * time.Second, MaxWait: 40 * time.Second})
 	const key = "victim"
 	if err := f.Go(0, key, time.Now(), time.Hour); err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestHolderKilled_oneTakeover(t *testing.T) {
 func TestSupersededHolder_writeRefused(t *testing.T) {
 	srv := redistest.Start(t)
 	f, name := startFleet(t, srv.Addr(), 2, 4, 50*time.Millisecond,
-		lockSettings{Lease: 2 * time.Second, Wait: 30 * time.Second, MaxWait: 60 * time.Second})
+		lockSettings{Lease: 2 * time.Second, MaxWait: 60 * time.Second})
 	const key = "fenced"
 	if err := f.Go(0, key, time.Now(), 3*time.Second); err != nil {
 		t.Fatal(err)
@@ -307,8 +307,7 @@ func TestCancelledCallers_noLockLeft(t *testing.T) {
 	for _, v := range variants {
 		b := resilience.New[string]("cancel").Cache(time.Minute).
 			Redis(srv.Client()).RedisOptions(resilience.RedisOptions{OpTimeout: v.op}).
-			//lint:ignore SA1019 a Wait under MaxWait's 2 s: the default Wait (5 s) would exceed it
-			Lock(resilience.LockSettings{Wait: 2 * time.Second, MaxWait: 2 * time.Second, Poll: 20 * time.Millisecond})
+			Lock(resilience.LockSettings{MaxWait: 2 * time.Second, Poll: 20 * time.Millisecond})
 		if v.flight > 0 {
 			b = b.Timeout(v.flight).FlightTimeout(v.flight)
 		}

@@ -88,7 +88,7 @@ type lockRecipe struct {
 
 func newLockRecipe(client *redis.Client, prefix string, l lockSettings) *lockRecipe {
 	l = lockDefaultsForReport(l)
-	return &lockRecipe{client: client, locks: redislock.New(client), prefix: prefix, lease: l.Lease, wait: l.Wait}
+	return &lockRecipe{client: client, locks: redislock.New(client), prefix: prefix, lease: l.Lease, wait: recipeWait}
 }
 
 // recipeOutcome is what one flight of the recipe gives its callers.

@@ -16,12 +16,18 @@ import (
 // others do it. Every caller (no single-flight) reads the value; on a miss
 // it tries SET NX PX; the winner loads, writes and deletes the lock; the
 // others retry every 100 ms, reading the value each time, and after the
-// wait budget load on their own. A Redis error fails open.
+// wait budget (recipeWait) load on their own. A Redis error fails open.
 type pollLock struct {
-	client      *redis.Client
-	lease, wait time.Duration
-	prefix      string
+	client *redis.Client
+	lease  time.Duration
+	prefix string
 }
+
+// recipeWait is the wait budget of the poll and redislock recipes: how
+// long a caller that lost the race waits for the value before it loads
+// without the lock. A fixed budget is what these recipes have; the
+// pipeline's waiters follow the holder's heartbeat instead, up to MaxWait.
+const recipeWait = 5 * time.Second
 
 const pollInterval = 100 * time.Millisecond
 
@@ -29,12 +35,9 @@ var releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] th
 
 func (l *pollLock) get(ctx context.Context, key string, load resilience.LoadFunc[string]) (string, string, bool, error) {
 	vkey, lkey := l.prefix+key, l.prefix+key+":lock"
-	lease, wait := l.lease, l.wait
+	lease := l.lease
 	if lease <= 0 {
 		lease = resilience.DefaultLockLease
-	}
-	if wait <= 0 {
-		wait = resilience.DefaultLockWait
 	}
 	loadAndSet := func(src string, failOpen bool) (string, string, bool, error) {
 		v, err := load(ctx, key)
@@ -59,7 +62,7 @@ func (l *pollLock) get(ctx context.Context, key string, load resilience.LoadFunc
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	tok := hex.EncodeToString(b[:])
-	deadline := time.Now().Add(wait)
+	deadline := time.Now().Add(recipeWait)
 	for {
 		ok, err := l.client.SetNX(ctx, lkey, tok, lease).Result()
 		if err != nil {

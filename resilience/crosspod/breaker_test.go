@@ -22,12 +22,12 @@ func TestRelease_breakerOpen(t *testing.T) {
 	const (
 		key         = "k"
 		breakerOpen = 20 * time.Second
-		stallBound  = 6 * time.Second // half of pod 1's Wait
+		stallBound  = 6 * time.Second // well under pod 1's MaxWait
 		releaseWait = 2 * time.Second
 	)
 	srv, admin := startRedis(t)
 	holder := podSpec{OpTimeout: 100 * time.Millisecond, BreakerOpen: breakerOpen, LoadTimeout: resultBound}
-	waiter := podSpec{Lock: lockConfig{Wait: 12 * time.Second, MaxWait: 15 * time.Second}}
+	waiter := podSpec{Lock: lockConfig{MaxWait: 15 * time.Second}}
 	f := startFleet(t, newName("release"), target{Addr: srv.Addr()}, holder, waiter)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

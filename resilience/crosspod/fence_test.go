@@ -14,7 +14,7 @@ import (
 // keys: short lease and heartbeat (the tests are not about the defaults),
 // a short Redis breaker, loads held as long as the test needs.
 var fenceSpec = podSpec{
-	Lock:        lockConfig{Lease: 3 * time.Second, Wait: time.Second, MaxWait: 10 * time.Second, Heartbeat: 300 * time.Millisecond},
+	Lock:        lockConfig{Lease: 3 * time.Second, MaxWait: 10 * time.Second, Heartbeat: 300 * time.Millisecond},
 	BreakerOpen: 500 * time.Millisecond,
 	LoadTimeout: resultBound,
 }

@@ -17,7 +17,7 @@ import (
 // than MaxWait" and "none is disabled longer than the breaker's open time"
 // are quick to check.
 var foreignSpec = podSpec{
-	Lock:        lockConfig{Lease: 5 * time.Second, Wait: 300 * time.Millisecond, MaxWait: time.Second, Heartbeat: 200 * time.Millisecond},
+	Lock:        lockConfig{Lease: 5 * time.Second, MaxWait: time.Second, Heartbeat: 200 * time.Millisecond},
 	BreakerOpen: time.Second,
 }
 

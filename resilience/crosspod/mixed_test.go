@@ -19,11 +19,11 @@ func TestMixedSettings_oneLoad(t *testing.T) {
 		name           string
 		holder, waiter lockConfig
 	}{
-		{"lease", lockConfig{Lease: 3 * time.Second}, lockConfig{Lease: 30 * time.Second, Wait: time.Second}},
+		{"lease", lockConfig{Lease: 3 * time.Second}, lockConfig{Lease: 30 * time.Second}},
 		// The waiters' own heartbeat, doubled, is shorter than the
 		// holder's: judging by it would declare the holder dead.
 		{"heartbeat", lockConfig{Lease: 3 * time.Second},
-			lockConfig{Lease: 30 * time.Second, Wait: time.Second, Heartbeat: 200 * time.Millisecond}},
+			lockConfig{Lease: 30 * time.Second, Heartbeat: 200 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testMixedSettings(t, tc.holder, tc.waiter)

@@ -16,7 +16,7 @@ import (
 // default lease, so that a replicated grant outlives the failover, a short
 // heartbeat and Redis breaker, loads held as long as the test needs.
 var failoverSpec = podSpec{
-	Lock:        lockConfig{Wait: time.Second, MaxWait: 20 * time.Second, Heartbeat: 300 * time.Millisecond},
+	Lock:        lockConfig{MaxWait: 20 * time.Second, Heartbeat: 300 * time.Millisecond},
 	BreakerOpen: 500 * time.Millisecond,
 	LoadTimeout: resultBound,
 }

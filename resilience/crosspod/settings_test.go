@@ -12,7 +12,6 @@ import (
 // defaults.
 type lockConfig struct {
 	Lease     time.Duration `json:"lease,omitempty"`
-	Wait      time.Duration `json:"wait,omitempty"`
 	MaxWait   time.Duration `json:"max_wait,omitempty"`
 	Poll      time.Duration `json:"poll,omitempty"`
 	Heartbeat time.Duration `json:"heartbeat,omitempty"`
@@ -22,8 +21,7 @@ type lockConfig struct {
 // reflection, so that these tests build against a LockSettings with or
 // without the field; without it, a Heartbeat here has no effect.
 func (c lockConfig) settings() resilience.LockSettings {
-	//lint:ignore SA1019 pods built with the older Wait setting must still agree
-	s := resilience.LockSettings{Lease: c.Lease, Wait: c.Wait, MaxWait: c.MaxWait, Poll: c.Poll}
+	s := resilience.LockSettings{Lease: c.Lease, MaxWait: c.MaxWait, Poll: c.Poll}
 	if c.Heartbeat > 0 {
 		setHeartbeat(&s, c.Heartbeat)
 	}
@@ -53,7 +51,7 @@ func (c lockConfig) String() string {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"lease", c.Lease}, {"wait", c.Wait}, {"max wait", c.MaxWait}, {"poll", c.Poll}, {"heartbeat", c.Heartbeat}} {
+	}{{"lease", c.Lease}, {"max wait", c.MaxWait}, {"poll", c.Poll}, {"heartbeat", c.Heartbeat}} {
 		if f.d > 0 {
 			parts = append(parts, f.name+" "+f.d.String())
 		}
