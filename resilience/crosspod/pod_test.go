@@ -85,6 +85,9 @@ type event struct {
 	LatencyUS  int64  `json:"latency_us,omitempty"`
 	Cmd        string `json:"cmd,omitempty"`   // script: the command; breaker: its name
 	AtNS       int64  `json:"at_ns,omitempty"` // write ops: when, in Unix nanoseconds
+	// FromNS is when a write op's call began ("written"), in Unix
+	// nanoseconds.
+	FromNS int64 `json:"from_ns,omitempty"`
 }
 
 // emitter writes events from many goroutines.

@@ -27,12 +27,13 @@ func (p *pod) writeOp(c command) bool {
 		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 		defer cancel()
 		var err error
+		began := time.Now()
 		if c.Op == "set" {
 			err = p.pipe.Set(ctx, c.Key, c.Value)
 		} else {
 			err = p.pipe.Invalidate(ctx, c.Key)
 		}
-		ev := event{Ev: "written", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key, AtNS: time.Now().UnixNano()}
+		ev := event{Ev: "written", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key, AtNS: time.Now().UnixNano(), FromNS: began.UnixNano()}
 		if err != nil {
 			ev.Err = err.Error()
 		}

@@ -44,6 +44,12 @@ func (f *fleet) other(ev string, id int, d time.Duration) event {
 // written makes pod i Set (op "set") or Invalidate (op "inval") key and
 // returns when the call returned in the pod.
 func (f *fleet) written(i int, op, key, value string) time.Time {
+	_, returned := f.writtenSpan(i, op, key, value)
+	return returned
+}
+
+// writtenSpan is written, with when the call began too.
+func (f *fleet) writtenSpan(i int, op, key, value string) (began, returned time.Time) {
 	f.t.Helper()
 	id := f.newID()
 	if err := f.send(i, command{Op: op, ID: id, Key: key, Value: value}); err != nil {
@@ -53,7 +59,7 @@ func (f *fleet) written(i int, op, key, value string) time.Time {
 	if ev.Err != "" {
 		f.t.Fatalf("pod %d: %s %q: %s", i, op, key, ev.Err)
 	}
-	return time.Unix(0, ev.AtNS)
+	return time.Unix(0, ev.FromNS), time.Unix(0, ev.AtNS)
 }
 
 // watch makes pod i watch keys until each stops serving its old value,
@@ -145,8 +151,10 @@ func (f *fleet) fill(keys []string) []string {
 
 // afterWrite checks that every pod's next Get of key returns what the
 // write left: the Set value, or after an Invalidate, a value loaded after
-// it returned.
-func (f *fleet) afterWrite(op, key, setValue string, wrote time.Time) {
+// it began (began: when the call began). A load that begins during the
+// call (woken by the revoked lock's announcement, say) reads what the
+// writer wrote before calling Invalidate; one from before must be gone.
+func (f *fleet) afterWrite(op, key, setValue string, began time.Time) {
 	f.t.Helper()
 	for i := range f.len() {
 		r := f.get1(i, key)
@@ -160,8 +168,8 @@ func (f *fleet) afterWrite(op, key, setValue string, wrote time.Time) {
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		if !lv.Start.After(wrote) {
-			f.t.Fatalf("pod %d after Invalidate(%q): %s from %s, loaded before the Invalidate returned", i, key, r.Value, r.Source)
+		if !lv.Start.After(began) {
+			f.t.Fatalf("pod %d after Invalidate(%q): %s from %s, loaded before the Invalidate began", i, key, r.Value, r.Source)
 		}
 	}
 }
@@ -211,9 +219,9 @@ func TestWrites_reachEveryPod(t *testing.T) {
 		for i := 1; i < pods; i++ {
 			ids = append(ids, f.watch(i, keys, olds))
 		}
-		wrote := map[string]time.Time{}
+		wrote, began := map[string]time.Time{}, map[string]time.Time{}
 		for _, k := range keys {
-			wrote[k] = f.written(0, op, k, "set:"+k)
+			began[k], wrote[k] = f.writtenSpan(0, op, k, "set:"+k)
 		}
 		for _, id := range ids {
 			for k, at := range f.gone(id, nkeys, time.Minute) {
@@ -226,7 +234,7 @@ func TestWrites_reachEveryPod(t *testing.T) {
 			}
 		}
 		for _, k := range keys {
-			f.afterWrite(op, k, "set:"+k, wrote[k])
+			f.afterWrite(op, k, "set:"+k, began[k])
 		}
 		if op == "inval" {
 			for _, k := range keys {
@@ -268,7 +276,7 @@ func TestWrites_loadInFlightCannotWriteBack(t *testing.T) {
 		for i := 2; i < pods; i++ {
 			waiters = append(waiters, f.get(i, key, callersPerPod, held))
 		}
-		wrote := f.written(0, op, key, "set:"+key)
+		began, _ := f.writtenSpan(0, op, key, "set:"+key)
 		f.finishAll(key)
 		if rs := tallyOf(f.results(c, resultBound)); rs.errCount > 0 {
 			t.Fatalf("%s: pod 1's callers: %v", op, rs)
@@ -278,7 +286,7 @@ func TestWrites_loadInFlightCannotWriteBack(t *testing.T) {
 				t.Fatalf("%s: waiters in pod %d got the value loaded before the write: %v", op, w.pod, rs)
 			}
 		}
-		f.afterWrite(op, key, "set:"+key, wrote)
+		f.afterWrite(op, key, "set:"+key, began)
 		t.Logf("%s: %d loads: %v", op, len(f.loadsOf(key)), describeAll(f.loadsOf(key)))
 	}
 }
@@ -320,7 +328,7 @@ func linkFaultDropsL1(t *testing.T, name string, fault func(*redistest.Proxy), b
 	link := f.pod(pods - 1).proxy
 	watch := f.watch(1, keys[:1], olds[:1])
 	fault(link)
-	wrote := f.written(0, "inval", keys[0], "")
+	began, _ := f.writtenSpan(0, "inval", keys[0], "")
 	f.gone(watch, 1, time.Minute) // a pod with its link heard it
 	// Pod 3 heard nothing: its L1 still answers with the old values.
 	time.Sleep(200 * time.Millisecond)
@@ -339,7 +347,7 @@ func linkFaultDropsL1(t *testing.T, name string, fault func(*redistest.Proxy), b
 	if d > bound {
 		t.Fatalf("pod %d served the invalidated key %v after its link (%s) was restored, want within %v", pods-1, d.Round(time.Millisecond), name, bound)
 	}
-	f.afterWrite("inval", keys[0], "", wrote)
+	f.afterWrite("inval", keys[0], "", began)
 	if r := f.get1(pods-1, keys[1]); r.Value != olds[1] || r.Source != "l2" {
 		t.Fatalf("pod %d after re-subscribing: %q = %+v, want %s read again from l2", pods-1, keys[1], r, olds[1])
 	}
