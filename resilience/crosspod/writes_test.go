@@ -42,14 +42,8 @@ func (f *fleet) other(ev string, id int, d time.Duration) event {
 }
 
 // written makes pod i Set (op "set") or Invalidate (op "inval") key and
-// returns when the call returned in the pod.
-func (f *fleet) written(i int, op, key, value string) time.Time {
-	_, returned := f.writtenSpan(i, op, key, value)
-	return returned
-}
-
-// writtenSpan is written, with when the call began too.
-func (f *fleet) writtenSpan(i int, op, key, value string) (began, returned time.Time) {
+// returns when the call began and when it returned, in the pod.
+func (f *fleet) written(i int, op, key, value string) (began, returned time.Time) {
 	f.t.Helper()
 	id := f.newID()
 	if err := f.send(i, command{Op: op, ID: id, Key: key, Value: value}); err != nil {
@@ -221,7 +215,7 @@ func TestWrites_reachEveryPod(t *testing.T) {
 		}
 		wrote, began := map[string]time.Time{}, map[string]time.Time{}
 		for _, k := range keys {
-			began[k], wrote[k] = f.writtenSpan(0, op, k, "set:"+k)
+			began[k], wrote[k] = f.written(0, op, k, "set:"+k)
 		}
 		for _, id := range ids {
 			for k, at := range f.gone(id, nkeys, time.Minute) {
@@ -276,7 +270,7 @@ func TestWrites_loadInFlightCannotWriteBack(t *testing.T) {
 		for i := 2; i < pods; i++ {
 			waiters = append(waiters, f.get(i, key, callersPerPod, held))
 		}
-		began, _ := f.writtenSpan(0, op, key, "set:"+key)
+		began, _ := f.written(0, op, key, "set:"+key)
 		f.finishAll(key)
 		if rs := tallyOf(f.results(c, resultBound)); rs.errCount > 0 {
 			t.Fatalf("%s: pod 1's callers: %v", op, rs)
@@ -328,7 +322,7 @@ func linkFaultDropsL1(t *testing.T, name string, fault func(*redistest.Proxy), b
 	link := f.pod(pods - 1).proxy
 	watch := f.watch(1, keys[:1], olds[:1])
 	fault(link)
-	began, _ := f.writtenSpan(0, "inval", keys[0], "")
+	began, _ := f.written(0, "inval", keys[0], "")
 	f.gone(watch, 1, time.Minute) // a pod with its link heard it
 	// Pod 3 heard nothing: its L1 still answers with the old values.
 	time.Sleep(200 * time.Millisecond)
