@@ -92,8 +92,10 @@ type BackendOptions struct {
 	// Codec encodes values.
 	// default: cache.JSON
 	Codec cache.Codec
-	// OpTimeout bounds each backend operation.
-	// default: 200 milliseconds (DefaultRedisTimeout)
+	// OpTimeout bounds each backend operation, from when the backend
+	// sends it (see BackendBudget): the burst's own wait for a
+	// connection does not count.
+	// default: 1 second (DefaultBackendTimeout)
 	OpTimeout time.Duration
 	// Breaker configures the pipeline's breaker around backend
 	// operations, as RedisOptions.Breaker does around Redis's.

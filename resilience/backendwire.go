@@ -73,7 +73,7 @@ func (b backendL2[V]) Invalidate(ctx context.Context, key string, o cache.WriteO
 func (p *Pipeline[V]) wireBackend(c config[V]) error {
 	o := c.backendOpts
 	if o.OpTimeout == 0 {
-		o.OpTimeout = DefaultRedisTimeout
+		o.OpTimeout = DefaultBackendTimeout
 	}
 	br, err := p.infraBreaker(c, o.SharedBreaker, o.Breaker, "backend", "BackendOptions")
 	if err != nil {

@@ -46,6 +46,13 @@ const (
 	DefaultLockHeartbeat = time.Second
 	// DefaultRedisTimeout bounds each Redis operation.
 	DefaultRedisTimeout = 200 * time.Millisecond
+	// DefaultBackendTimeout bounds each operation of a [Backend], from
+	// when the backend sends it (see [BackendBudget]). It is longer than
+	// Redis's: a database statement serves a batch of calls, may wait for
+	// another process's row locks, and prepares itself on the first use
+	// of a new connection; on a busy two-core machine such statements
+	// took up to about 650 ms while the database was answering.
+	DefaultBackendTimeout = time.Second
 	// DefaultRedisOpenTimeout is how long the Redis breaker stays open
 	// before it lets one probe through: a failed Redis costs one operation
 	// a second, and a Redis that is back (restarted, or a Cluster replica

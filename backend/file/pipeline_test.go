@@ -36,11 +36,6 @@ func newFilePipeline(dir, name string, heartbeat time.Duration) (*resilience.Pip
 	return resilience.New[string](name).
 		Cache(time.Minute).
 		Backend(fb).
-		// On a loaded test machine a process may sit descheduled for
-		// longer than the default 200 ms while it holds the namespace's
-		// mutex; the others would then fail open and load unlocked,
-		// which the tests count as extra loads.
-		BackendOptions(resilience.BackendOptions{OpTimeout: 5 * time.Second}).
 		Lock(resilience.LockSettings{Lease: 10 * time.Second, Heartbeat: heartbeat, Poll: 50 * time.Millisecond, MaxWait: time.Minute}).
 		Build()
 }

@@ -212,9 +212,6 @@ func childGetter(cfg childConfig) error {
 	p, err := resilience.New[string](cfg.Namespace).
 		Cache(time.Minute).
 		Backend(fb).
-		// As newFilePipeline's: on a loaded test machine a process may sit
-		// descheduled while it holds the namespace's mutex.
-		BackendOptions(resilience.BackendOptions{OpTimeout: 5 * time.Second}).
 		Lock(resilience.LockSettings{Heartbeat: cfg.Heartbeat}).
 		Build()
 	if err != nil {

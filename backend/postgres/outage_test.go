@@ -36,7 +36,7 @@ func TestProcesses_databaseStoppedMidRun_noCallerFails(t *testing.T) {
 	}
 	failedOpen := 0
 	for src, k := range tl.sources {
-		if strings.HasSuffix(src, "+failed-open") {
+		if strings.Contains(src, "+failed-open") {
 			failedOpen += k
 		}
 	}

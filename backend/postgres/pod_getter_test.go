@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -15,19 +16,10 @@ func newGetter(b *Backend, c podConfig) (getFunc, manyFunc, func(), error) {
 	if ttl == 0 {
 		ttl = time.Minute
 	}
-	// These tests are about the lock, not about timeouts: unless a test
-	// sets one or asks for the defaults, a generous operation timeout
-	// keeps a loaded machine's delays from reading as database failures.
-	// Under -race on two busy cores, single statements take longer than
-	// the 200 ms default once they have their connection.
-	op := c.OpTimeout
-	if op == 0 && !c.Defaults {
-		op = 10 * time.Second
-	}
 	pipe, err := resilience.New[string](c.Name).
 		Cache(ttl).
 		Backend(b).
-		BackendOptions(resilience.BackendOptions{OpTimeout: op, Breaker: breaker.Settings{OpenTimeout: c.BreakerOpen}}).
+		BackendOptions(resilience.BackendOptions{OpTimeout: c.OpTimeout, Breaker: breaker.Settings{OpenTimeout: c.BreakerOpen}}).
 		Lock(resilience.LockSettings{Heartbeat: c.Beat, Lease: c.Lease}).
 		Build()
 	if err != nil {
@@ -37,7 +29,7 @@ func newGetter(b *Backend, c podConfig) (getFunc, manyFunc, func(), error) {
 		r, err := pipe.GetResult(ctx, key, load)
 		src := r.Source.String()
 		if r.FailedOpen {
-			src += "+failed-open"
+			src += failedOpen(r.FailOpenCause)
 		}
 		return r.Value, src, err
 	}
@@ -45,4 +37,25 @@ func newGetter(b *Backend, c podConfig) (getFunc, manyFunc, func(), error) {
 		return pipe.GetMany(ctx, keys, load)
 	}
 	return get, many, func() { _ = pipe.Close() }, nil
+}
+
+// failedOpen is the suffix of the source of a call that failed open
+// because of cause: "+failed-open" and the kind of cause, so that a
+// burst's log says why its calls went on without the backend.
+func failedOpen(cause error) string {
+	var kind string
+	switch {
+	case errors.Is(cause, breaker.ErrOpen):
+		kind = "breaker"
+	case errors.Is(cause, context.DeadlineExceeded):
+		kind = "timeout: " + cause.Error()
+	case cause == nil:
+		kind = "none"
+	default:
+		kind = cause.Error()
+		if len(kind) > 60 {
+			kind = kind[:60]
+		}
+	}
+	return "+failed-open(" + kind + ")"
 }

@@ -44,12 +44,9 @@ type podConfig struct {
 	Fresh    time.Duration `json:"fresh,omitempty"`   // the values' time to live
 	Counted  bool          `json:"counted,omitempty"` // report every result, not a summary
 	// The pipeline's backend operation timeout and breaker open time;
-	// zero for the tests' defaults.
+	// zero for the library's defaults.
 	OpTimeout   time.Duration `json:"op_timeout,omitempty"`
 	BreakerOpen time.Duration `json:"breaker_open,omitempty"`
-	// Defaults gives the pipeline the library's defaults, the operation
-	// timeout included.
-	Defaults bool `json:"defaults,omitempty"`
 	// Many asks every key in one GetMany, whose loader takes Load for
 	// the keys it is given; each key's result is reported.
 	Many bool `json:"many,omitempty"`
@@ -345,7 +342,7 @@ func manyPod(ctx context.Context, c podConfig, em *emitter, many manyFunc) {
 		r := rs[k]
 		ev := event{Ev: "result", Pod: c.Pod, Key: k, Value: r.Value, Source: r.Source.String()}
 		if r.FailedOpen {
-			ev.Source += "+failed-open"
+			ev.Source += failedOpen(r.FailOpenCause)
 		}
 		var ke resilience.KeyErrors
 		switch {
