@@ -157,14 +157,14 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 			s.Name = c.name
 		}
 		if s.IsFailure == nil {
-			s.IsFailure = p.countsAsFailure
+			s.IsFailure = p.isLoadFailure
 		}
 		s.OnStateChange = p.breakerObserver(s.OnStateChange, c.onBreaker)
 		if p.br, err = breaker.New(s); err != nil {
 			return nil, &ConfigError{Pipeline: c.name, Field: "Breaker", Problem: err.Error()}
 		}
 	}
-	p.fb = fallback.Chain[V]{Default: safeDefault(c.defaultFn), Handles: p.fallbackHandles}
+	p.fb = fallback.Chain[V]{Default: safeDefault(c.defaultFn), Handles: p.isLoadFailure}
 	if c.cacheOn {
 		p.l1 = cache.NewMemory[V](cache.MemoryOptions{MaxEntries: c.maxEntries})
 	}

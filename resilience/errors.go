@@ -71,11 +71,23 @@ func (e *PanicError) Error() string {
 }
 
 // recoverPanic, deferred, turns a panic of the named stage into a
-// [*PanicError] in *err.
+// [*PanicError] in *err. It is the pipeline's one recoverer: the stages
+// that run user code (the loader, the default) defer it, and so does
+// callHook, for the user's hooks.
 func recoverPanic(stage string, err *error) {
 	if v := recover(); v != nil {
 		*err = panicked(stage, v)
 	}
+}
+
+// callHook calls fn, which runs a user's hook (IsFailure, Retryable, a
+// breaker's OnStateChange), and returns its panic as a [*PanicError] of
+// stage, or nil. The caller decides what a panicking hook means; the
+// panic never reaches the call that ran the hook.
+func callHook(stage string, fn func()) (err error) {
+	defer recoverPanic(stage, &err)
+	fn()
+	return nil
 }
 
 // panicked is the [*PanicError] of a panic of the named stage, with the

@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"errors"
 
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/telemetry"
@@ -27,35 +26,4 @@ func (p *Pipeline[V]) fallBack(ctx context.Context, key string, cause error, sta
 		return Result[V]{Value: v, Source: SourceDefault, FailedOpen: failedOpen, Cause: cause}, nil
 	}
 	return Result[V]{FailedOpen: failedOpen}, err
-}
-
-// fallbackHandles says which errors the fallback chain answers: loader
-// failures, not a caller's own cancellation nor a stored not-found.
-func (p *Pipeline[V]) fallbackHandles(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, ErrNotFound) {
-		return false
-	}
-	if p.isFailure != nil && !isBreakerRefusal(err) && !errors.Is(err, ErrTimeout) {
-		var pe *PanicError
-		if !errors.As(err, &pe) {
-			return p.userIsFailure(err)
-		}
-	}
-	return true
-}
-
-// reason names why a fallback answered, for spans and metrics.
-func reason(err error) string {
-	var pe *PanicError
-	switch {
-	case err == nil:
-		return ""
-	case isBreakerRefusal(err):
-		return "breaker_open"
-	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.As(err, &pe):
-		return "panic"
-	}
-	return "error"
 }

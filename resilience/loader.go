@@ -90,7 +90,7 @@ func (p *Pipeline[V]) callFunc(ctx context.Context, key string, fn loader[V]) (V
 	var took time.Duration
 	var failure func(error) bool
 	if p.isFailure != nil {
-		failure = p.countsAsFailure
+		failure = p.isLoadFailure
 	}
 	v, err := retry(ctx, p.retry, failure, func(n int) (V, error) {
 		var v V
@@ -148,23 +148,13 @@ func (p *Pipeline[V]) attempt(ctx context.Context, key string, fn loader[V], n i
 	}
 	p.stats.loads.Add(1)
 	if p.tel.Metering() {
-		p.tel.Load(ctx, loadOutcome(err), took)
+		p.tel.Load(ctx, classifyLoad(err).outcome(), took)
 	}
 	if sp != nil && err != nil && !errors.Is(err, ErrNotFound) {
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, err.Error())
 	}
 	return v, took, err
-}
-
-func loadOutcome(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, ErrNotFound):
-		return "not_found"
-	}
-	return reason(err)
 }
 
 // runTimed calls fn with the attempt timeout. When fn ignores its context
@@ -214,33 +204,9 @@ func safeLoad[V any](ctx context.Context, key string, fn loader[V]) (v V, err er
 
 // userIsFailure runs the user's IsFailure hook; a panic there counts the
 // error as a failure.
-func (p *Pipeline[V]) userIsFailure(err error) (failure bool) {
-	defer func() {
-		if recover() != nil {
-			failure = true
-		}
-	}()
-	return p.isFailure(err)
-}
-
-// countsAsFailure is the loader breaker's default failure test: the
-// pipeline's IsFailure, never a not-found nor a caller's cancellation.
-func (p *Pipeline[V]) countsAsFailure(err error) bool {
-	switch {
-	case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, context.Canceled):
-		return false
-	case p.isFailure != nil:
-		var pe *PanicError
-		if errors.As(err, &pe) || errors.Is(err, ErrTimeout) {
-			return true
-		}
-		return p.userIsFailure(err)
-	}
-	return true
-}
-
-func isBreakerRefusal(err error) bool {
-	return errors.Is(err, breaker.ErrOpen) || errors.Is(err, breaker.ErrTooManyProbes)
+func (p *Pipeline[V]) userIsFailure(err error) bool {
+	var failure bool
+	return callHook("is_failure", func() { failure = p.isFailure(err) }) != nil || failure
 }
 
 // breakerObserver returns the OnStateChange of the pipeline's breakers: the
@@ -250,20 +216,15 @@ func (p *Pipeline[V]) breakerObserver(own, all func(string, breaker.State, break
 		p.logs.breakerChange(name, from, to)
 		for _, fn := range [...]func(string, breaker.State, breaker.State){own, all} {
 			if fn != nil {
-				callSafely(fn, name, from, to)
+				// A panic there must not take down the call that
+				// happened to move the breaker.
+				_ = callHook("on_state_change", func() { fn(name, from, to) })
 			}
 		}
 		if p.tel != nil && p.tel.Metering() {
 			p.tel.BreakerState(context.Background(), name, int64(to))
 		}
 	}
-}
-
-// callSafely calls a user's breaker callback: a panic there must not take
-// down the call that happened to move the breaker.
-func callSafely(fn func(string, breaker.State, breaker.State), name string, from, to breaker.State) {
-	defer func() { _ = recover() }()
-	fn(name, from, to)
 }
 
 // MinLoaderTTL is the shortest TTL a loader can give its value with

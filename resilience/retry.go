@@ -106,26 +106,15 @@ func (s *RetrySettings) policy() retryloop.Policy {
 func (s *RetrySettings) retryable(err error) bool {
 	var perm *backoff.PermanentError
 	switch {
-	case err == nil, errors.As(err, &perm), errors.Is(err, ErrNotFound),
-		errors.Is(err, context.Canceled), isBreakerRefusal(err):
+	case !classifyLoad(err).retryable(), errors.As(err, &perm):
 		return false
-	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout):
-		return false // the flight's or caller's deadline, not an attempt's
 	case s.Retryable != nil:
-		return s.userRetryable(err)
+		// A panic in the hook ends the retries, as a permanent error
+		// would.
+		var ok bool
+		return callHook("retryable", func() { ok = s.Retryable(err) }) == nil && ok
 	}
 	return true
-}
-
-// userRetryable runs the user's Retryable hook; a panic there ends the
-// retries, as a permanent error would.
-func (s *RetrySettings) userRetryable(err error) (ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	return s.Retryable(err)
 }
 
 // retry runs attempt until it succeeds, fails for good, or the backoff
