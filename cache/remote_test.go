@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/internal/backendtest"
+	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/resilience"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/internal/backendtest"
+	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/resilience"
 	"github.com/herdguard/herdguard/telemetry"

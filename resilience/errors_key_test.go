@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/internal/backendtest"
+	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/resilience"
 )

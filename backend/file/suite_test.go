@@ -5,7 +5,7 @@ package file
 import (
 	"testing"
 
-	"github.com/herdguard/herdguard/internal/backendtest"
+	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/resilience"
 )
 

@@ -3,7 +3,7 @@ package postgres
 import (
 	"testing"
 
-	"github.com/herdguard/herdguard/internal/backendtest"
+	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/resilience"
 )
 

@@ -1,6 +1,3 @@
-// Package backendtest checks implementations of resilience.Backend against
-// the contract of resilience.Shared ([Run]), and holds a reference
-// implementation in memory ([Memory]) that passes it.
 package backendtest
 
 import (
@@ -25,6 +22,8 @@ type Memory struct {
 	mu     sync.Mutex
 	spaces map[string]*space
 }
+
+var _ resilience.Backend = (*Memory)(nil)
 
 // errClosed is returned by the methods of a closed view.
 var errClosed = errors.New("backendtest: view closed")

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/herdguard/herdguard/internal/backendtest"
+	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/resilience"
 )
 

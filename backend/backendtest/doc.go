@@ -1,0 +1,25 @@
+// Package backendtest checks implementations of [resilience.Backend]
+// against the contract of [resilience.Shared] ([Run]), and holds a
+// reference implementation in memory ([Memory]) that passes it.
+//
+// A backend's module runs the suite from one of its tests, with views
+// opened as different processes would open them:
+//
+//	func TestConformance(t *testing.T) {
+//		b := newBackend(t) // the backend under test, on a fresh database
+//		backendtest.Run(t, func(t *testing.T, s resilience.BackendScope) resilience.Shared {
+//			v, err := b.Open(s)
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return v
+//		})
+//	}
+//
+// The suite checks what the pipeline relies on: exclusive grants with
+// increasing fences, tokens checked by Release and Extend, takeover of a
+// silent holder and none of a beating one, the fence rules of Save, a
+// Save with Release waking waiters, Notify and Announce reaching other
+// views, isolated namespaces, and concurrent acquires. It does not start
+// processes; the backends' own tests do that.
+package backendtest
