@@ -88,6 +88,8 @@ type event struct {
 	// FromNS is when a write op's call began ("written"), in Unix
 	// nanoseconds.
 	FromNS int64 `json:"from_ns,omitempty"`
+	// Dups is the pipeline's Stats().DuplicateLoads ("stats").
+	Dups uint64 `json:"dups,omitempty"`
 }
 
 // emitter writes events from many goroutines.

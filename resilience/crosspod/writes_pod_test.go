@@ -21,6 +21,7 @@ const watchPoll = 200 * time.Microsecond
 //     with the time it stopped.
 //   - "peek": one Peek of Key: a "peeked" event with the value ("" for
 //     none) and the source "l1" if L1 answered.
+//   - "stats": a "stats" event with the pipeline's DuplicateLoads.
 func (p *pod) writeOp(c command) bool {
 	switch c.Op {
 	case "set", "inval":
@@ -40,6 +41,8 @@ func (p *pod) writeOp(c command) bool {
 		p.em.emit(ev)
 	case "watch":
 		p.calls.Go(func() { p.watch(c) })
+	case "stats":
+		p.em.emit(event{Ev: "stats", Pod: p.cfg.Pod, ID: c.ID, Dups: p.pipe.Stats().DuplicateLoads})
 	case "peek":
 		v, found, err := p.pipe.Peek(p.ctx, c.Key)
 		ev := event{Ev: "peeked", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key}
