@@ -97,9 +97,11 @@ func testHolderGone(t *testing.T, pods int, cut bool) {
 	}
 
 	var holderResults []callResult
+	var outages []outage
 	if cut {
 		restoreHolder(ctx, t, f, admin, key, before, holderCall)
 		f.finishAll(key)
+		outages = []outage{{Pods: []int{0}, From: faultAt, To: time.Now()}}
 	}
 	var waiters []callResult
 	for _, c := range calls {
@@ -150,6 +152,7 @@ func testHolderGone(t *testing.T, pods int, cut bool) {
 	if dups != uint64(len(loads)-1) {
 		t.Errorf("DuplicateLoads = %d across the pods, want %d: the loads past the holder's", dups, len(loads)-1)
 	}
+	f.checkHistory(consistency{L1TTL: time.Minute, Outages: outages})
 	if v, ok, err := l2Value(ctx, admin, name, key); err != nil || !ok || v != takeover.Value {
 		t.Errorf("L2 holds %q (hit %v, %v) after the takeover, want %s", v, ok, err, takeover.Value)
 	}

@@ -34,7 +34,8 @@ func (p *pod) writeOp(c command) bool {
 		} else {
 			err = p.pipe.Invalidate(ctx, c.Key)
 		}
-		ev := event{Ev: "written", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key, AtNS: time.Now().UnixNano(), FromNS: began.UnixNano()}
+		ev := event{Ev: "written", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key, Cmd: c.Op, Value: c.Value,
+			AtNS: time.Now().UnixNano(), FromNS: began.UnixNano()}
 		if err != nil {
 			ev.Err = err.Error()
 		}
