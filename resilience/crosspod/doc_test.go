@@ -12,9 +12,9 @@
 // names its key, its pod, a per-pod sequence and its start time, so the
 // parent can tell whose load each caller got and which load is newest.
 //
-// The write, key-loss, link-fault and takeover tests also check their
-// histories (each Get with the value it returned, each Set and
-// Invalidate, with when each call began and returned) for
+// The write, key-loss, link-fault, takeover and failover tests also
+// check their histories (each Get with the value it returned, each Set
+// and Invalidate, with when each call began and returned) for
 // linearizability with porcupine, against the model of docs/model.md
 // (history_test.go).
 //
