@@ -241,6 +241,14 @@ func TestFailOpen_redisKilled_midStampede(t *testing.T) {
 	if total == 0 {
 		t.Error("no loader call at all")
 	}
+	// The first load held the lock; every other one ran failed open.
+	dups := uint64(0)
+	for _, p := range pipes {
+		dups += p.Stats().DuplicateLoads
+	}
+	if dups != uint64(total-1) {
+		t.Errorf("DuplicateLoads = %d across the pods, want the %d loads past the first", dups, total-1)
+	}
 	if failedOpen.Load() == 0 {
 		t.Error("no call reported FailedOpen though Redis died during the stampede")
 	}

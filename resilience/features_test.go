@@ -349,6 +349,11 @@ func TestLock_liveHolderWaitedFor_upToMaxWait(t *testing.T) {
 		if waited < 2*s.Heartbeat {
 			t.Fatalf("waiters returned after %v, within two beats (%v): the holder's load cannot have been waited for", waited, 2*s.Heartbeat)
 		}
+		for _, p := range append(waiters, holder) {
+			if n := p.Stats().DuplicateLoads; n != 0 {
+				t.Fatalf("DuplicateLoads = %d, want 0: the holder was waited for", n)
+			}
+		}
 	})
 	t.Run("past MaxWait", func(t *testing.T) {
 		srv := redistest.Start(t)
@@ -403,6 +408,9 @@ func TestLock_liveHolderWaitedFor_upToMaxWait(t *testing.T) {
 		}
 		if waiterCalls.Load() != 1 || holderCalls.Load() != 1 {
 			t.Fatalf("loader calls: holder %d, waiter %d; want 1 each", holderCalls.Load(), waiterCalls.Load())
+		}
+		if h, w := holder.Stats().DuplicateLoads, waiter.Stats().DuplicateLoads; h != 0 || w != uint64(holderCalls.Load()+waiterCalls.Load()-1) {
+			t.Fatalf("DuplicateLoads: holder %d, waiter %d; want 0 and the one load past the holder's", h, w)
 		}
 		if waited < s.MaxWait {
 			t.Fatalf("the waiter loaded after %v, before MaxWait (%v)", waited, s.MaxWait)

@@ -18,6 +18,7 @@ import (
 // not-found when negative caching is on) in L2 and L1, under g's lease
 // (nil: unlocked).
 func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFunc[V], g *grant, o *outcome[V]) error {
+	p.countLoad(ctx, g, o.res.FailedOpen)
 	lctx, ttl := withLoaderTTL(ctx) // for SetTTL
 	if g != nil && !o.res.FailedOpen {
 		lctx = withFence(lctx, key, g.lease.Fence()) // for Fence

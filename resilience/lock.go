@@ -323,6 +323,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			if wsp != nil {
 				wsp.AddEvent("MaxWait spent while the holder lives; loading unlocked")
 			}
+			p.duplicates(ctx, dupMaxWait, 1)
 			return p.loadAndStore(ctx, key, load, nil, o)
 		}
 		// Still waiting after an announcement: it told nothing, so the

@@ -796,6 +796,7 @@ func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[str
 				p.lockOutcome(ctx, nil, "timeout", start, nil)
 				items[i] = &loadItem{key: k}
 			}
+			p.duplicates(ctx, dupMaxWait, len(items))
 			p.loadBatch(ctx, items, load, outs)
 			return
 		}
@@ -936,6 +937,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 	for i, it := range items {
 		keys[i] = it.key
 	}
+	p.countBatch(ctx, items)
 	stop := p.keepAliveMany(ctx, items)
 	vals, keyErrs, took, err := p.callLoadMany(withFences(ctx, items), keys, load)
 	stop()

@@ -536,6 +536,10 @@ func TestGetMany_redis_takesOverADeadHolder(t *testing.T) {
 	if calls := l.snapshot(); len(calls) != 2 {
 		t.Errorf("loader calls %v, want [b] then [a]", calls)
 	}
+	// The load of a began while the dead holder's lock said its load ran.
+	if n := q.Stats().DuplicateLoads; n != 1 {
+		t.Errorf("DuplicateLoads = %d, want 1 (a, loaded after the takeover)", n)
+	}
 }
 
 // Redis gone: every key loaded by this process in one call, failed open.

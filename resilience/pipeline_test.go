@@ -521,6 +521,9 @@ func TestGet_redisLock_twoPipelinesOneLoad(t *testing.T) {
 	if got := c.calls.Load(); got != 1 {
 		t.Fatalf("loader calls = %d, want 1 across both pipelines", got)
 	}
+	if h, w := holder.Stats().DuplicateLoads, waiter.Stats().DuplicateLoads; h != 0 || w != 0 {
+		t.Fatalf("DuplicateLoads = %d and %d, want 0 in a healthy stampede", h, w)
+	}
 }
 
 func TestGet_staleWhileRevalidate_servesStaleRefreshesOnce(t *testing.T) {

@@ -1,6 +1,11 @@
 package resilience
 
-import "sync/atomic"
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/herdguard/herdguard/telemetry"
+)
 
 // Stats are a pipeline's counts since it was built, kept with atomic
 // counters whether or not telemetry is on. Calls are those of Get,
@@ -43,6 +48,15 @@ type Stats struct {
 	// Loads are loader calls this process made: every attempt, retries
 	// and background refreshes included.
 	Loads uint64
+	// DuplicateLoads are loads of a key this process began although
+	// another load of the key was known to be under way, or may have
+	// been: under a grant that took the lock over from a holder that
+	// stopped beating, unlocked after MaxWait while a live holder
+	// loaded, or unlocked because Redis (or the backend) failed with
+	// Lock on. A healthy stampede counts none. Each is counted once, when
+	// its loader call begins, whatever its retries;
+	// [telemetry.MetricDuplicateLoads] gives the cause.
+	DuplicateLoads uint64
 }
 
 // Stats returns the pipeline's counts so far. Each field is read
@@ -64,6 +78,8 @@ func (p *Pipeline[V]) Stats() Stats {
 		NotFound:   s.notFound.Load(),
 		Errors:     s.errors.Load(),
 		Loads:      s.loads.Load(),
+
+		DuplicateLoads: s.dups[dupTakeover].Load() + s.dups[dupMaxWait].Load() + s.dups[dupFailOpen].Load(),
 	}
 }
 
@@ -84,6 +100,63 @@ type stats struct {
 	notFound     atomic.Uint64
 	errors       atomic.Uint64
 	loads        atomic.Uint64
+	// dups counts duplicate loads by cause (dupNames).
+	dups [len(dupNames)]atomic.Uint64
+}
+
+// The causes of a duplicate load, as [telemetry.MetricDuplicateLoads]
+// names them.
+const (
+	dupTakeover = iota // under a grant that took a holder's lock over
+	dupMaxWait         // unlocked, after MaxWait, while a live holder loads
+	dupFailOpen        // unlocked, because the lock's backend failed
+)
+
+var dupNames = [...]string{
+	dupTakeover: telemetry.DuplicateTakeover,
+	dupMaxWait:  telemetry.DuplicateMaxWait,
+	dupFailOpen: telemetry.DuplicateFailOpen,
+}
+
+// duplicates counts n duplicate loads of cause, in Stats and as
+// [telemetry.MetricDuplicateLoads].
+func (p *Pipeline[V]) duplicates(ctx context.Context, cause, n int) {
+	if n <= 0 {
+		return
+	}
+	p.stats.dups[cause].Add(uint64(n))
+	if p.tel.Metering() {
+		p.tel.DuplicateLoads(ctx, dupNames[cause], n)
+	}
+}
+
+// countLoad counts the load about to begin under g (nil: unlocked) as a
+// duplicate when it is one: under a grant that took the lock over, or
+// failed open with Lock on. A load under a grant whose re-check failed
+// open is not one: the grant still keeps the others waiting. A load after
+// MaxWait is counted where the wait ends (see await).
+func (p *Pipeline[V]) countLoad(ctx context.Context, g *grant, failedOpen bool) {
+	switch {
+	case g != nil && g.lease.TookOver():
+		p.duplicates(ctx, dupTakeover, 1)
+	case g == nil && failedOpen && p.locker != nil:
+		p.duplicates(ctx, dupFailOpen, 1)
+	}
+}
+
+// countBatch is countLoad for the keys of one loader call of GetMany.
+func (p *Pipeline[V]) countBatch(ctx context.Context, items []*loadItem) {
+	var took, open int
+	for _, it := range items {
+		switch {
+		case it.lease != nil && it.lease.TookOver():
+			took++
+		case it.lease == nil && it.failOpen != nil && p.locker != nil:
+			open++
+		}
+	}
+	p.duplicates(ctx, dupTakeover, took)
+	p.duplicates(ctx, dupFailOpen, open)
 }
 
 func (s *stats) l1Hit() { s.l1.Add(1) }

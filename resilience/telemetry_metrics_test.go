@@ -213,6 +213,10 @@ func TestMetrics_failOpen(t *testing.T) {
 	wantPoints(t, got, telemetry.MetricFailOpens, map[string]float64{
 		"herdguard.pipeline=m,herdguard.reason=l2_get:redis_error": 1,
 	})
+	// Unlocked with Lock on: it may duplicate another process's load.
+	wantPoints(t, got, telemetry.MetricDuplicateLoads, map[string]float64{
+		"herdguard.pipeline=m,herdguard.reason=fail_open": 1,
+	})
 	wantPoints(t, got, telemetry.MetricCalls, map[string]float64{
 		"herdguard.failed_open=true,herdguard.pipeline=m,herdguard.source=loader": 1,
 	})

@@ -154,6 +154,9 @@ func TestPrometheus_stampedeCountersAndDashboard(t *testing.T) {
 	if _, found := sum(ss, "herdguard_fail_opens_total", nil); found {
 		t.Error("fail-opens counted with Redis up")
 	}
+	if _, found := sum(ss, "herdguard_loader_duplicates_total", nil); found {
+		t.Error("duplicate loads counted in a stampede on a healthy Redis")
+	}
 
 	// A corrupt entry in Redis: bytes that do not decode, fresh.
 	ks, err := rkey.New(rkey.DefaultPrefix, "prom")
@@ -196,6 +199,7 @@ func TestPrometheus_stampedeCountersAndDashboard(t *testing.T) {
 		{"fallbacks on the open breaker", "herdguard_fallbacks_total", with("herdguard_reason", "breaker_open"), 1},
 		{"loader breaker open", "herdguard_breaker_state", with("herdguard_breaker_name", "prom"), 2},
 		{"fail-opens", "herdguard_fail_opens_total", with("herdguard_reason", "l2_get:redis_error"), 1},
+		{"duplicate loads", "herdguard_loader_duplicates_total", with("herdguard_reason", "fail_open"), 1},
 	} {
 		if got, _ := sum(ss, c.name, c.lbl); got != c.want {
 			t.Errorf("%s: %s%v = %v, want %v", c.what, c.name, c.lbl, got, c.want)

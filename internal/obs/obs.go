@@ -150,6 +150,7 @@ type Instruments struct {
 	fallbacks metric.Int64Counter
 	breaker   metric.Int64Gauge
 	corrupt   metric.Int64Counter
+	dups      metric.Int64Counter
 	pipeline  attribute.KeyValue
 }
 
@@ -171,6 +172,8 @@ func (in *Instruments) init(m metric.Meter, pipeline attribute.KeyValue) error {
 	in.breaker, e = m.Int64Gauge(telemetry.MetricBreakerState, metric.WithDescription("Breaker state: 0 closed, 1 half-open, 2 open."), metric.WithUnit("{state}"))
 	err = errors.Join(err, e)
 	in.corrupt, e = m.Int64Counter(telemetry.MetricCorrupt, metric.WithDescription("Cached bytes that did not decode and were treated as a miss."), metric.WithUnit("{entry}"))
+	err = errors.Join(err, e)
+	in.dups, e = m.Int64Counter(telemetry.MetricDuplicateLoads, metric.WithDescription("Loads of a key begun although another load of it was, or may have been, under way, by cause."), metric.WithUnit("{call}"))
 	err = errors.Join(err, e)
 	return err
 }
@@ -229,6 +232,12 @@ func (in *Instruments) Fallback(ctx context.Context, source, reason string) {
 // BreakerState records a breaker's state (0 closed, 1 half-open, 2 open).
 func (in *Instruments) BreakerState(ctx context.Context, name string, state int64) {
 	in.breaker.Record(ctx, state, metric.WithAttributes(in.pipeline, telemetry.BreakerName.String(name)))
+}
+
+// DuplicateLoads counts n duplicate loads of cause (see
+// [telemetry.MetricDuplicateLoads]).
+func (in *Instruments) DuplicateLoads(ctx context.Context, cause string, n int) {
+	in.dups.Add(ctx, int64(n), metric.WithAttributes(in.pipeline, telemetry.Reason.String(cause)))
 }
 
 // Corrupt counts one cached entry that did not decode.

@@ -60,6 +60,7 @@ func TestClusterFailover_slotRecovers(t *testing.T) {
 			t.Fatalf("pod %d: locking and L2 for slot %d not back within %v", i, slot, probeBound)
 		}
 	}
+	serving := time.Now()
 	f.finish(0, key)
 	if a := tallyOf(f.results(ac, resultBound)); a.errCount > 0 {
 		t.Errorf("pod 0's callers: %v", a)
@@ -70,6 +71,7 @@ func TestClusterFailover_slotRecovers(t *testing.T) {
 		t.Errorf("pod 1's callers: want %s from the newest load, none failed open: %v", describe(newest), b)
 	}
 	checkServedNewest(ctx, t, f, admin, key, newest, 2)
+	f.checkHistory(consistency{L1TTL: time.Minute, Outages: []outage{{From: killAt, To: serving}}})
 }
 
 // slotKeys names probe keys whose Redis keys hash to slot, so that a

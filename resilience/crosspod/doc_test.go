@@ -12,6 +12,12 @@
 // names its key, its pod, a per-pod sequence and its start time, so the
 // parent can tell whose load each caller got and which load is newest.
 //
+// The write, key-loss, link-fault, takeover and failover tests also
+// check their histories (each Get with the value it returned, each Set
+// and Invalidate, with when each call began and returned) for
+// linearizability with porcupine, against the model of docs/model.md
+// (history_test.go).
+//
 // Figures worth quoting are logged with the prefix FIGURES:
 //
 //	go test -race -count=1 -v ./resilience/crosspod/ | grep FIGURES

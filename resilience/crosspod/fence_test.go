@@ -69,6 +69,7 @@ func testKeyLoss(t *testing.T, faultName string, fault keyLoss) {
 	if l, ok := f.waitLoad(key, 0, stepBound); !ok || l.Pod != 0 {
 		t.Fatalf("pod 0 did not begin the first load within %v (got %+v)", stepBound, l)
 	}
+	down := time.Now()
 	fault(ctx, t, srv, admin, name)
 	faultAt := time.Now()
 	// Both pods serve again (their clients reconnected, their breakers
@@ -80,6 +81,7 @@ func testKeyLoss(t *testing.T, faultName string, fault keyLoss) {
 	}
 	t.Logf("FIGURES %s mid-load: pods load cleanly under the lock again %v after the fault", faultName,
 		time.Since(faultAt).Round(time.Millisecond))
+	serving := time.Now()
 	before := f.loadCount()
 	br := f.results(f.get(1, key, 4, sleeping(50*time.Millisecond)), resultBound)
 	bl, ok := f.waitLoad(key, before, 0)
@@ -101,4 +103,5 @@ func testKeyLoss(t *testing.T, faultName string, fault keyLoss) {
 		t.Errorf("a fresh pod is served: want %s from the newer load: %v", bl.Value, c)
 	}
 	checkFencesAbove(ctx, t, admin, name, direct, top, faultName)
+	f.checkHistory(consistency{L1TTL: time.Minute, Outages: []outage{{From: down, To: serving}}})
 }

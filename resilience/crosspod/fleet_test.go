@@ -92,11 +92,13 @@ type loadEvent struct {
 // callResult is one caller's outcome.
 type callResult struct {
 	Pod        int
+	Key        string
 	Value      string
 	Source     string
 	FailedOpen bool
 	Err        string
 	Latency    time.Duration
+	From, At   time.Time // when the call began and returned, in the pod
 }
 
 // scriptEvent is one Lua script a pod's client ran.
@@ -215,8 +217,9 @@ func (f *fleet) record(p *podProc, ev event) {
 	case "load":
 		f.loads = append(f.loads, loadEvent{Index: len(f.loads), Pod: p.i, Key: ev.Key, Value: ev.Value, At: now})
 	case "result":
-		p.results[ev.ID] = append(p.results[ev.ID], callResult{Pod: p.i, Value: ev.Value, Source: ev.Source,
-			FailedOpen: ev.FailedOpen, Err: ev.Err, Latency: time.Duration(ev.LatencyUS) * time.Microsecond})
+		p.results[ev.ID] = append(p.results[ev.ID], callResult{Pod: p.i, Key: ev.Key, Value: ev.Value, Source: ev.Source,
+			FailedOpen: ev.FailedOpen, Err: ev.Err, Latency: time.Duration(ev.LatencyUS) * time.Microsecond,
+			From: time.Unix(0, ev.FromNS), At: time.Unix(0, ev.AtNS)})
 	case "script":
 		p.scripts = append(p.scripts, scriptEvent{Index: len(p.scripts), Key: ev.Key, Cmd: ev.Cmd, Err: ev.Err, At: now})
 	case "breaker":

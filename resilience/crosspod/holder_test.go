@@ -97,9 +97,11 @@ func testHolderGone(t *testing.T, pods int, cut bool) {
 	}
 
 	var holderResults []callResult
+	var outages []outage
 	if cut {
 		restoreHolder(ctx, t, f, admin, key, before, holderCall)
 		f.finishAll(key)
+		outages = []outage{{Pods: []int{0}, From: faultAt, To: time.Now()}}
 	}
 	var waiters []callResult
 	for _, c := range calls {
@@ -139,6 +141,18 @@ func testHolderGone(t *testing.T, pods int, cut bool) {
 	if h := tallyOf(holderResults); h.errCount > 0 {
 		t.Errorf("holder's callers: %v", h)
 	}
+	// The living pods counted the takeover's load, and nothing else: the
+	// cut-off holder's refused write-back is not a load.
+	var dups uint64
+	for i := range pods {
+		if cut || i != 0 {
+			dups += f.duplicateLoads(i)
+		}
+	}
+	if dups != uint64(len(loads)-1) {
+		t.Errorf("DuplicateLoads = %d across the pods, want %d: the loads past the holder's", dups, len(loads)-1)
+	}
+	f.checkHistory(consistency{L1TTL: time.Minute, Outages: outages})
 	if v, ok, err := l2Value(ctx, admin, name, key); err != nil || !ok || v != takeover.Value {
 		t.Errorf("L2 holds %q (hit %v, %v) after the takeover, want %s", v, ok, err, takeover.Value)
 	}

@@ -69,4 +69,9 @@ func testMixedSettings(t *testing.T, holder, waiter lockConfig) {
 	if !all.only(first.Value) || all.failedOpen > 0 {
 		t.Errorf("want every caller to get %s, none failed open: %v", first.Value, all)
 	}
+	for i := range pods {
+		if n := f.duplicateLoads(i); n != 0 {
+			t.Errorf("pod %d: DuplicateLoads = %d, want 0: the holder was waited for", i, n)
+		}
+	}
 }

@@ -84,10 +84,12 @@ type event struct {
 	Err        string `json:"err,omitempty"`
 	LatencyUS  int64  `json:"latency_us,omitempty"`
 	Cmd        string `json:"cmd,omitempty"`   // script: the command; breaker: its name
-	AtNS       int64  `json:"at_ns,omitempty"` // write ops: when, in Unix nanoseconds
-	// FromNS is when a write op's call began ("written"), in Unix
-	// nanoseconds.
+	AtNS       int64  `json:"at_ns,omitempty"` // write ops and results: when, in Unix nanoseconds
+	// FromNS is when a write op's call ("written") or a caller's Get
+	// ("result") began, in Unix nanoseconds.
 	FromNS int64 `json:"from_ns,omitempty"`
+	// Dups is the pipeline's Stats().DuplicateLoads ("stats").
+	Dups uint64 `json:"dups,omitempty"`
 }
 
 // emitter writes events from many goroutines.
@@ -232,8 +234,10 @@ func (p *pod) get(c command) {
 			defer cancel()
 			t0 := time.Now()
 			r, err := p.pipe.GetResult(ctx, c.Key, load)
+			t1 := time.Now()
 			ev := event{Ev: "result", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key, Value: r.Value,
-				Source: r.Source.String(), FailedOpen: r.FailedOpen, LatencyUS: time.Since(t0).Microseconds()}
+				Source: r.Source.String(), FailedOpen: r.FailedOpen, LatencyUS: t1.Sub(t0).Microseconds(),
+				FromNS: t0.UnixNano(), AtNS: t1.UnixNano()}
 			if err != nil {
 				ev.Err = err.Error()
 			}

@@ -76,6 +76,7 @@ func testSentinelFailover(t *testing.T, replicated bool) {
 			t.Fatalf("pod %d: locking and L2 not back within %v of the failover", i, probeBound)
 		}
 	}
+	serving := time.Now()
 
 	before := f.loadCount()
 	var bc call
@@ -107,6 +108,7 @@ func testSentinelFailover(t *testing.T, replicated bool) {
 	}
 	checkServedNewest(ctx, t, f, admin, key, newest, 2)
 	checkFencesAbove(ctx, t, admin, name, direct, top, "the failover")
+	f.checkHistory(consistency{L1TTL: time.Minute, Outages: []outage{{From: killAt, To: serving}}})
 }
 
 // checkReplicaHasGrant fails t unless the replica holds key's lock (when

@@ -21,6 +21,7 @@ const watchPoll = 200 * time.Microsecond
 //     with the time it stopped.
 //   - "peek": one Peek of Key: a "peeked" event with the value ("" for
 //     none) and the source "l1" if L1 answered.
+//   - "stats": a "stats" event with the pipeline's DuplicateLoads.
 func (p *pod) writeOp(c command) bool {
 	switch c.Op {
 	case "set", "inval":
@@ -33,13 +34,16 @@ func (p *pod) writeOp(c command) bool {
 		} else {
 			err = p.pipe.Invalidate(ctx, c.Key)
 		}
-		ev := event{Ev: "written", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key, AtNS: time.Now().UnixNano(), FromNS: began.UnixNano()}
+		ev := event{Ev: "written", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key, Cmd: c.Op, Value: c.Value,
+			AtNS: time.Now().UnixNano(), FromNS: began.UnixNano()}
 		if err != nil {
 			ev.Err = err.Error()
 		}
 		p.em.emit(ev)
 	case "watch":
 		p.calls.Go(func() { p.watch(c) })
+	case "stats":
+		p.em.emit(event{Ev: "stats", Pod: p.cfg.Pod, ID: c.ID, Dups: p.pipe.Stats().DuplicateLoads})
 	case "peek":
 		v, found, err := p.pipe.Peek(p.ctx, c.Key)
 		ev := event{Ev: "peeked", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key}

@@ -240,6 +240,7 @@ func TestWrites_reachEveryPod(t *testing.T) {
 	}
 	t.Logf("FIGURES L1 propagation, %d pods, L1 TTL %v, %d keys x %d rounds, from the writer's return to the last old answer on each other pod: Invalidate %s; Set %s; %d dropped before the writer's call returned",
 		pods, writesTTL, nkeys, rounds, percentiles(delays["inval"]), percentiles(delays["set"]), early)
+	f.checkHistory(consistency{L1TTL: writesTTL})
 }
 
 // TestWrites_loadInFlightCannotWriteBack: pod 1's load (holding the
@@ -283,6 +284,7 @@ func TestWrites_loadInFlightCannotWriteBack(t *testing.T) {
 		f.afterWrite(op, key, "set:"+key, began)
 		t.Logf("%s: %d loads: %v", op, len(f.loadsOf(key)), describeAll(f.loadsOf(key)))
 	}
+	f.checkHistory(consistency{L1TTL: writesTTL})
 }
 
 // TestWrites_cutPodDropsL1OnReconnect: pod 3's link to Redis is cut
@@ -321,6 +323,7 @@ func linkFaultDropsL1(t *testing.T, name string, fault func(*redistest.Proxy), b
 	olds := f.fill(keys)
 	link := f.pod(pods - 1).proxy
 	watch := f.watch(1, keys[:1], olds[:1])
+	faultAt := time.Now()
 	fault(link)
 	began, _ := f.written(0, "inval", keys[0], "")
 	f.gone(watch, 1, time.Minute) // a pod with its link heard it
@@ -330,6 +333,11 @@ func linkFaultDropsL1(t *testing.T, name string, fault func(*redistest.Proxy), b
 		if v := f.peek(pods-1, k); v != olds[j] {
 			t.Fatalf("pod %d with its link faulted (%s): %q = %q, want its L1 copy %s", pods-1, name, k, v, olds[j])
 		}
+		// A Get too, for the history: a stale answer the model allows
+		// only in an outage.
+		if r := f.get1(pods-1, k); r.Value != olds[j] || r.Source != "l1" {
+			t.Fatalf("pod %d with its link faulted (%s): Get(%q) = %+v, want its L1 copy %s", pods-1, name, k, r, olds[j])
+		}
 	}
 	// The invalidated key: its L1 copy goes when the subscription is
 	// back (the other key's stays valid in Redis, so a Peek still
@@ -338,6 +346,7 @@ func linkFaultDropsL1(t *testing.T, name string, fault func(*redistest.Proxy), b
 	restored := time.Now()
 	link.Restore()
 	d := f.gone(id, 1, time.Minute)[keys[0]].Sub(restored)
+	healed := time.Now()
 	if d > bound {
 		t.Fatalf("pod %d served the invalidated key %v after its link (%s) was restored, want within %v", pods-1, d.Round(time.Millisecond), name, bound)
 	}
@@ -346,6 +355,7 @@ func linkFaultDropsL1(t *testing.T, name string, fault func(*redistest.Proxy), b
 		t.Fatalf("pod %d after re-subscribing: %q = %+v, want %s read again from l2", pods-1, keys[1], r, olds[1])
 	}
 	t.Logf("FIGURES link %s during an Invalidate: the faulted pod stopped serving the invalidated key %v after the link was restored (and had dropped its whole L1)", name, d.Round(time.Millisecond))
+	f.checkHistory(consistency{L1TTL: writesTTL, Outages: []outage{{Pods: []int{pods - 1}, From: faultAt, To: healed}}})
 }
 
 // TestWrites_redisRestartDropsL1: Redis restarts (losing its data); every
@@ -368,6 +378,7 @@ func TestWrites_redisRestartDropsL1(t *testing.T) {
 	for i := range pods {
 		ids = append(ids, f.watch(i, keys, olds))
 	}
+	down := time.Now()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -378,10 +389,12 @@ func TestWrites_redisRestartDropsL1(t *testing.T) {
 			ds = append(ds, at.Sub(restarted))
 		}
 	}
+	dropped := time.Now()
 	for i := range pods {
 		if r := f.get1(i, keys[0]); r.Source == "l1" && r.Value == olds[0] {
 			t.Fatalf("pod %d serves its pre-restart L1 copy", i)
 		}
 	}
 	t.Logf("FIGURES Redis restart: every pod dropped its L1 after re-subscribing, %s after the restart returned", percentiles(ds))
+	f.checkHistory(consistency{L1TTL: writesTTL, Outages: []outage{{From: down, To: dropped}}})
 }
