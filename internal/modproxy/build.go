@@ -8,31 +8,64 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/mod/module"
+	"golang.org/x/mod/semver"
 	"golang.org/x/mod/zip"
 )
 
 // Build writes, under dst, a module proxy holding every module of the
-// repository at root at version: from its tag when the tag exists, from
+// repository at root at version, from its tag when the tag exists, from
 // the working tree otherwise (untracked files included, as the go command
-// would zip the folder). The zips are made by golang.org/x/mod/zip, as the
+// would zip the folder); and at every release version tagged before, from
+// its tag, so that a release check finds its base offline. The zips are made by golang.org/x/mod/zip, as the
 // public proxy makes them, so they are checked the same way: no file too
 // large, no name that differs from another by case only, no nested
 // module's files.
 func Build(dst, root string, mods []Module, version string) error {
 	for _, m := range mods {
-		if err := add(dst, root, m, version); err != nil {
+		tagged, err := Versions(root, m)
+		if err != nil {
+			return err
+		}
+		versions := append([]string{version}, tagged...)
+		slices.SortFunc(versions, semver.Compare)
+		versions = slices.Compact(versions)
+		for _, v := range versions {
+			if err := add(dst, root, m, v); err != nil {
+				return err
+			}
+		}
+		if err := writeList(dst, m, versions); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// moduleDir returns the folder of module path's files in the proxy at dst.
+func moduleDir(dst, modPath string) (string, error) {
+	esc, err := module.EscapePath(modPath)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dst, filepath.FromSlash(esc), "@v"), nil
+}
+
+func writeList(dst string, m Module, versions []string) error {
+	dir, err := moduleDir(dst, m.Path)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "list"), []byte(strings.Join(versions, "\n")+"\n"), 0o644)
+}
+
 func add(dst, root string, m Module, version string) error {
 	mv := module.Version{Path: m.Path, Version: version}
-	escPath, err := module.EscapePath(m.Path)
+	dir, err := moduleDir(dst, m.Path)
 	if err != nil {
 		return err
 	}
@@ -40,7 +73,6 @@ func add(dst, root string, m Module, version string) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(dst, filepath.FromSlash(escPath), "@v")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -83,7 +115,6 @@ func add(dst, root string, m Module, version string) error {
 		escVersion + ".info": info,
 		escVersion + ".mod":  gomod,
 		escVersion + ".zip":  zipped.Bytes(),
-		"list":               []byte(version + "\n"),
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			return err

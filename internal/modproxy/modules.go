@@ -124,6 +124,24 @@ func Tag(m Module, v string) string {
 	return path.Join(m.Dir, v)
 }
 
+// Versions returns the release versions (vX.Y.Z) of module m that the
+// repository at root has tags of, in no particular order.
+func Versions(root string, m Module) ([]string, error) {
+	pattern := Tag(m, "v*")
+	out, err := exec.Command("git", "-C", root, "tag", "--list", pattern).Output()
+	if err != nil {
+		return nil, fmt.Errorf("modproxy: git tag --list %s: %w", pattern, err)
+	}
+	var versions []string
+	for _, tag := range strings.Fields(string(out)) {
+		v := strings.TrimPrefix(tag, strings.TrimSuffix(pattern, "v*"))
+		if semver.IsValid(v) && semver.Canonical(v) == v && semver.Prerelease(v) == "" {
+			versions = append(versions, v)
+		}
+	}
+	return versions, nil
+}
+
 // Tagged reports whether the repository at root has the tag.
 func Tagged(root, tag string) (bool, error) {
 	cmd := exec.Command("git", "-C", root, "tag", "--list", tag)
