@@ -21,7 +21,10 @@ import (
 // repository at root at version, from its tag when the tag exists, from
 // the working tree otherwise (untracked files included, as the go command
 // would zip the folder); and at every release version tagged before, from
-// its tag, so that a release check finds its base offline. The zips are made by golang.org/x/mod/zip, as the
+// its tag, so that a release check finds its base offline. Only tagged
+// versions are listed (@v/list): an untagged one is fetched by its exact
+// version, and is not yet released for a tool that asks which versions
+// exist (gorelease). The zips are made by golang.org/x/mod/zip, as the
 // public proxy makes them, so they are checked the same way: no file too
 // large, no name that differs from another by case only, no nested
 // module's files.
@@ -39,7 +42,7 @@ func Build(dst, root string, mods []Module, version string) error {
 				return err
 			}
 		}
-		if err := writeList(dst, m, versions); err != nil {
+		if err := writeList(dst, m, tagged); err != nil {
 			return err
 		}
 	}
@@ -60,7 +63,11 @@ func writeList(dst string, m Module, versions []string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "list"), []byte(strings.Join(versions, "\n")+"\n"), 0o644)
+	var list strings.Builder
+	for _, v := range slices.SortedFunc(slices.Values(versions), semver.Compare) {
+		list.WriteString(v + "\n")
+	}
+	return os.WriteFile(filepath.Join(dir, "list"), []byte(list.String()), 0o644)
 }
 
 func add(dst, root string, m Module, version string) error {

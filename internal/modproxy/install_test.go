@@ -18,7 +18,7 @@ import (
 // the module alone.
 var programs = []struct {
 	module string // the module's folder
-	get    string // what the user types after go get
+	get    string // what the user types after go get, before @version
 	main   string // the program
 	output string // what it prints, when it can run without servers
 }{{
@@ -130,7 +130,7 @@ func TestInstall_goGet_outsideTheRepository(t *testing.T) {
 				t.Fatal(err)
 			}
 			run(t, dir, env, "go", "mod", "init", "example.com/user")
-			run(t, dir, env, "go", "get", p.get)
+			run(t, dir, env, "go", "get", p.get+"@"+version)
 			gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 			if err != nil {
 				t.Fatal(err)
