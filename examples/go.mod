@@ -6,7 +6,7 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-redis/cache/v9 v9.0.0
-	github.com/herdguard/herdguard v0.0.0
+	github.com/herdguard/herdguard v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/prometheus/client_golang v1.24.1
@@ -74,5 +74,3 @@ require (
 	google.golang.org/grpc v1.84.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/herdguard/herdguard => ../

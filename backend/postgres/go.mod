@@ -3,7 +3,7 @@ module github.com/herdguard/herdguard/backend/postgres
 go 1.26.0
 
 require (
-	github.com/herdguard/herdguard v0.0.0
+	github.com/herdguard/herdguard v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
@@ -28,5 +28,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/herdguard/herdguard => ../..

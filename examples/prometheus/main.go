@@ -8,8 +8,9 @@
 //	go run ./prometheus -redis 127.0.0.1:6379
 //	curl -s http://127.0.0.1:9464/metrics | grep herdguard_
 //
-// docs/grafana-dashboard.json charts these metrics; the test checks that
-// every metric its queries name is on the page.
+// docs/grafana-dashboard.json charts these metrics; the tests check that
+// every metric its queries name is on the page, and have a real Prometheus
+// server scrape the page and evaluate every panel's query.
 package main
 
 import (
