@@ -1,6 +1,8 @@
 package resilience
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,4 +41,31 @@ func untilL1Stale[V any](t *testing.T, p *Pipeline[V], key string) {
 		_, f := p.l1.Find(key)
 		return f != cache.Fresh
 	})
+}
+
+// blockedIn returns how many goroutines are blocked (not running, nor
+// ready to run) with fn, a function as a goroutine dump names it, on their
+// stack.
+func blockedIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	blocked := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, stack, _ := strings.Cut(g, "\n")
+		state := header[strings.Index(header, "[")+1:]
+		if strings.HasPrefix(state, "running") || strings.HasPrefix(state, "runnable") || strings.HasPrefix(state, "syscall") {
+			continue
+		}
+		if strings.Contains(stack, fn) {
+			blocked++
+		}
+	}
+	return blocked
 }
