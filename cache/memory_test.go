@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unsafe"
 )
@@ -251,4 +252,35 @@ func TestMemory_itemSize(t *testing.T) {
 	if n := unsafe.Sizeof(item[string]{}); n > 96 {
 		t.Fatalf("an item of a string is %d bytes, want at most 96", n)
 	}
+}
+
+// TestMemory_inSynctestBubble_agesOnTheBubblesClock: in a testing/synctest
+// bubble, where time.Now has no monotonic reading and starts at the
+// bubble's epoch, an entry goes stale and then away as the bubble's clock
+// passes its deadlines, and reads back its times on that clock, though the
+// cache's own epoch was taken outside the bubble.
+func TestMemory_inSynctestBubble_agesOnTheBubblesClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := NewMemory[int](MemoryOptions{})
+		written := time.Now()
+		m.Set("k", Entry[int]{Value: 1, Written: written, Expires: written.Add(time.Minute), StaleUntil: written.Add(time.Hour)})
+		steps := []struct {
+			after time.Duration
+			want  Freshness
+		}{
+			{0, Fresh},
+			{time.Minute - time.Nanosecond, Fresh},
+			{time.Minute, Stale},
+			{time.Hour - time.Nanosecond, Stale},
+			{time.Hour, Miss},
+		}
+		for _, s := range steps {
+			time.Sleep(time.Until(written.Add(s.after)))
+			if h, f := m.Find("k"); f != s.want {
+				t.Fatalf("%v after the write: %v, want %v", s.after, f, s.want)
+			} else if f == Fresh && (!h.Written().Equal(written) || h.FreshFor() != time.Minute-s.after) {
+				t.Fatalf("%v after the write: written %v, fresh for %v; want %v, %v", s.after, h.Written(), h.FreshFor(), written, time.Minute-s.after)
+			}
+		}
+	})
 }

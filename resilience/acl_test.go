@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/telemetry"
 )
 
 // aclRule is the documented ACL for a herdguard user (docs/security.md).
@@ -47,8 +48,9 @@ func TestACL_documentedRuleIsEnough(t *testing.T) {
 				return srv.Client(func(o *redis.Options) { o.Username, o.Password = user, "pw" })
 			}
 			ring := keyring(t, testKey(1, 0))
+			rec := newTelRec(t)
 			pod := func() *Pipeline[string] {
-				return build(t, New[string]("acl-"+user).Cache(time.Minute).Redis(client()).
+				return build(t, New[string]("acl-"+user).Cache(time.Minute).Redis(client()).TracerProvider(rec.tp).
 					RedisOptions(RedisOptions{OpTimeout: time.Second, Encrypt: ring}).
 					Lock(LockSettings{Poll: time.Minute, MaxWait: 5 * time.Second}))
 			}
@@ -69,7 +71,9 @@ func TestACL_documentedRuleIsEnough(t *testing.T) {
 				r, _ := b.GetResult(ctx, "k", func(context.Context, string) (string, error) { return "", errors.New("loaded twice") })
 				waiter <- r
 			}()
-			time.Sleep(100 * time.Millisecond) // the waiter is waiting
+			// The waiter found the lock held, subscribed, and waits (or,
+			// failing open, returned).
+			waitFor(t, func() bool { return rec.startedNamed(telemetry.SpanLockWait) == 1 || len(waiter) == 1 })
 			close(gate)
 			ra, rb := <-done, <-waiter
 			rc, errc := pod().GetResult(ctx, "k", okLoad)

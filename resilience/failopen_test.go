@@ -9,11 +9,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
@@ -409,36 +411,34 @@ func TestFailOpen_redisRestarted_l2AndLockResume(t *testing.T) {
 		t.Fatalf("Restart: %v", err)
 	}
 	restarted := time.Now()
-	// Probe the way traffic would: one call every 20ms, a new key each time.
-	var recovered time.Duration
-	for i := 0; ; i++ {
+	// Probe the way traffic would: one call after another, a new key each
+	// time, until one no longer fails open.
+	i := 0
+	recovered := within(t, openTimeout+faultOpTimeout+schedMargin+5*time.Second, "L2 and lock back after the restart", func() bool {
+		i++
 		key := fmt.Sprintf("after%d", i)
 		r, err := p.GetResult(ctx, key, load)
 		if err != nil {
 			t.Fatalf("after restart: %v", err)
 		}
-		if !r.FailedOpen {
-			// Loaded under the lock and written to L2: check Redis has it
-			// and that the next call is served from L2.
-			if r.Source != SourceLoader {
-				t.Fatalf("first call for %s: source %v, want loader", key, r.Source)
-			}
-			if n, err := direct.Exists(ctx, valueKey(t, p.Name(), key)).Result(); err != nil || n != 1 {
-				t.Fatalf("value of %s not in Redis after a call that did not fail open: %d %v", key, n, err)
-			}
-			time.Sleep(5 * time.Millisecond) // past L1TTL
-			r2, err := p.GetResult(ctx, key, load)
-			if err != nil || r2.Source != SourceL2 || r2.FailedOpen || r2.Value != "v:"+key {
-				t.Fatalf("second call for %s: %+v %v, want the value from L2", key, r2, err)
-			}
-			recovered = time.Since(restarted)
-			break
+		if r.FailedOpen {
+			return false
 		}
-		if time.Since(restarted) > openTimeout+faultOpTimeout+schedMargin+5*time.Second {
-			t.Fatalf("L2 and lock not back %v after the restart; transitions: %s", time.Since(restarted), tr)
+		// Loaded under the lock and written to L2: check Redis has it
+		// and that the next call is served from L2.
+		if r.Source != SourceLoader {
+			t.Fatalf("first call for %s: source %v, want loader", key, r.Source)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if n, err := direct.Exists(ctx, valueKey(t, p.Name(), key)).Result(); err != nil || n != 1 {
+			t.Fatalf("value of %s not in Redis after a call that did not fail open: %d %v", key, n, err)
+		}
+		untilL1Stale(t, p, key)
+		r2, err := p.GetResult(ctx, key, load)
+		if err != nil || r2.Source != SourceL2 || r2.FailedOpen || r2.Value != "v:"+key {
+			t.Fatalf("second call for %s: %+v %v, want the value from L2", key, r2, err)
+		}
+		return true
+	})
 	closed, ok := tr.first("redis", breaker.Closed, restarted)
 	if !ok {
 		t.Errorf("Redis breaker did not close after the restart; transitions: %s", tr)
@@ -588,7 +588,8 @@ func TestFallback_loaderFaults_staleThenDefaultThenError(t *testing.T) {
 			if r, err := a.GetResult(ctx, "k", ok); err != nil || r.Value != "v1" || r.FailedOpen {
 				t.Fatalf("load: %+v %v", r, err)
 			}
-			time.Sleep(ttl + 50*time.Millisecond)         // expired, within grace
+			// Expired, within grace: a's L1 and Redis hold it stale.
+			waitFor(t, func() bool { _, found, err := a.Peek(ctx, "k"); return !found && err == nil })
 			for _, p := range []*Pipeline[string]{a, b} { // a: stale in L1 and L2; b: only in L2
 				r, err := p.GetResult(ctx, "k", f.load)
 				if time.Since(written) >= ttl+grace {
@@ -598,7 +599,12 @@ func TestFallback_loaderFaults_staleThenDefaultThenError(t *testing.T) {
 					t.Fatalf("within grace: %+v %v, want the stale copy with the %s as cause", r, err, f.name)
 				}
 			}
-			time.Sleep(time.Until(written.Add(ttl + grace + 50*time.Millisecond))) // past grace
+			// Past grace: neither b's L1 nor Redis has a copy to serve.
+			waitFor(t, func() bool {
+				_, f1 := b.l1.Find("k")
+				_, f2, err := b.l2Get(ctx, "k")
+				return f1 == cache.Miss && f2 == cache.Miss && err == nil
+			})
 			r, err := b.GetResult(ctx, "k", f.load)
 			if err != nil || r.Source != SourceDefault || r.Value != "default" || !f.cause(r.Cause) {
 				t.Fatalf("past grace: %+v %v, want the default with the %s as cause", r, err, f.name)
@@ -616,55 +622,60 @@ func TestLoaderBreaker_opensProbesCloses(t *testing.T) {
 	const openTimeout = 200 * time.Millisecond
 	for _, f := range loaderFaults() {
 		t.Run(f.name, func(t *testing.T) {
-			tr := &transitions{}
-			name := "lb-" + f.name
-			p := build(t, New[string](name).Cache(time.Minute).SingleFlight().Timeout(50*time.Millisecond).
-				Breaker(breaker.Settings{Failures: 3, OpenTimeout: openTimeout}).
-				DefaultValue("default").OnBreakerChange(tr.observe))
-			var calls atomic.Int64
-			failing := func(ctx context.Context, key string) (string, error) {
-				calls.Add(1)
-				return f.load(ctx, key)
-			}
-			ctx := context.Background()
-			for i := range 3 {
-				r, err := p.GetResult(ctx, fmt.Sprintf("f%d", i), failing)
-				if err != nil || r.Source != SourceDefault || !f.cause(r.Cause) {
-					t.Fatalf("failure %d: %+v %v", i, r, err)
+			synctest.Test(t, func(t *testing.T) {
+				tr := &transitions{}
+				name := "lb-" + f.name
+				p := build(t, New[string](name).Cache(time.Minute).SingleFlight().Timeout(50*time.Millisecond).
+					Breaker(breaker.Settings{Failures: 3, OpenTimeout: openTimeout}).
+					DefaultValue("default").OnBreakerChange(tr.observe))
+				var calls atomic.Int64
+				failing := func(ctx context.Context, key string) (string, error) {
+					calls.Add(1)
+					return f.load(ctx, key)
 				}
-			}
-			if p.br.State() != breaker.Open {
-				t.Fatalf("state after 3 failures = %v, want open", p.br.State())
-			}
-			before := calls.Load()
-			opened := time.Now()
-			r, err := p.GetResult(ctx, "refused", failing)
-			if err != nil || r.Source != SourceDefault || !errors.Is(r.Cause, breaker.ErrOpen) {
-				t.Fatalf("open breaker: %+v %v, want the default for breaker.ErrOpen", r, err)
-			}
-			if calls.Load() != before {
-				t.Fatal("the loader ran while its breaker was open")
-			}
-			// A failed probe re-opens it; a good one closes it.
-			time.Sleep(openTimeout + 20*time.Millisecond)
-			if r, err := p.GetResult(ctx, "probe1", failing); err != nil || r.Source != SourceDefault {
-				t.Fatalf("failed probe: %+v %v", r, err)
-			}
-			if calls.Load() != before+1 {
-				t.Fatalf("half-open let %d calls through, want 1", calls.Load()-before)
-			}
-			time.Sleep(openTimeout + 20*time.Millisecond)
-			if r, err := p.GetResult(ctx, "probe2", func(context.Context, string) (string, error) { return "ok", nil }); err != nil || r.Source != SourceLoader {
-				t.Fatalf("good probe: %+v %v", r, err)
-			}
-			recovered := time.Since(opened)
-			want := "lb-" + f.name + ":closed>open lb-" + f.name + ":open>half-open lb-" + f.name + ":half-open>open " +
-				"lb-" + f.name + ":open>half-open lb-" + f.name + ":half-open>closed "
-			if got := tr.String(); got != want {
-				t.Fatalf("transitions = %q, want %q", got, want)
-			}
-			t.Logf("FIGURES loader_breaker_open(%s): refused calls get source=default cause=breaker.ErrOpen, loader not called; closed %v after opening (open timeout %v, one failed probe)",
-				f.name, recovered.Round(time.Millisecond), openTimeout)
+				ctx := context.Background()
+				for i := range 3 {
+					r, err := p.GetResult(ctx, fmt.Sprintf("f%d", i), failing)
+					if err != nil || r.Source != SourceDefault || !f.cause(r.Cause) {
+						t.Fatalf("failure %d: %+v %v", i, r, err)
+					}
+				}
+				if p.br.State() != breaker.Open {
+					t.Fatalf("state after 3 failures = %v, want open", p.br.State())
+				}
+				before := calls.Load()
+				opened := time.Now()
+				r, err := p.GetResult(ctx, "refused", failing)
+				if err != nil || r.Source != SourceDefault || !errors.Is(r.Cause, breaker.ErrOpen) {
+					t.Fatalf("open breaker: %+v %v, want the default for breaker.ErrOpen", r, err)
+				}
+				if calls.Load() != before {
+					t.Fatal("the loader ran while its breaker was open")
+				}
+				// A failed probe re-opens it; a good one closes it. In the
+				// bubble, the breaker goes half-open as soon as OpenTimeout has
+				// passed on the bubble's clock.
+				halfOpen := func() bool { return p.br.State() == breaker.HalfOpen }
+				waitFor(t, halfOpen)
+				if r, err := p.GetResult(ctx, "probe1", failing); err != nil || r.Source != SourceDefault {
+					t.Fatalf("failed probe: %+v %v", r, err)
+				}
+				if calls.Load() != before+1 {
+					t.Fatalf("half-open let %d calls through, want 1", calls.Load()-before)
+				}
+				waitFor(t, halfOpen)
+				if r, err := p.GetResult(ctx, "probe2", func(context.Context, string) (string, error) { return "ok", nil }); err != nil || r.Source != SourceLoader {
+					t.Fatalf("good probe: %+v %v", r, err)
+				}
+				recovered := time.Since(opened)
+				want := "lb-" + f.name + ":closed>open lb-" + f.name + ":open>half-open lb-" + f.name + ":half-open>open " +
+					"lb-" + f.name + ":open>half-open lb-" + f.name + ":half-open>closed "
+				if got := tr.String(); got != want {
+					t.Fatalf("transitions = %q, want %q", got, want)
+				}
+				t.Logf("FIGURES loader_breaker_open(%s): refused calls get source=default cause=breaker.ErrOpen, loader not called; closed %v after opening (open timeout %v, one failed probe)",
+					f.name, recovered.Round(time.Millisecond), openTimeout)
+			})
 		})
 	}
 }
@@ -794,7 +805,9 @@ func TestOnBreakerChange_callbackCallsPipeline_noDeadlock(t *testing.T) {
 	var nested atomic.Int64
 	var nestedErr atomic.Value
 	ok := func(_ context.Context, key string) (string, error) { return "v:" + key, nil }
+	tr := &transitions{}
 	cb := func(name string, from, to breaker.State) {
+		tr.observe(name, from, to)
 		// Back into the pipeline and both breakers, from the callback.
 		_ = p.br.State()
 		_ = p.redisGuard.br.State()
@@ -806,16 +819,17 @@ func TestOnBreakerChange_callbackCallsPipeline_noDeadlock(t *testing.T) {
 		nested.Add(1)
 	}
 	var err error
+	const openTimeout = 100 * time.Millisecond
 	p, err = New[string]("reentrant").Cache(time.Minute).SingleFlight().
-		Redis(srv.Client()).RedisOptions(RedisOptions{OpTimeout: faultOpTimeout, Breaker: breaker.Settings{Failures: 2, OpenTimeout: 100 * time.Millisecond}}).
-		Breaker(breaker.Settings{Failures: 2, OpenTimeout: 100 * time.Millisecond}).
+		Redis(srv.Client()).RedisOptions(RedisOptions{OpTimeout: faultOpTimeout, Breaker: breaker.Settings{Failures: 2, OpenTimeout: openTimeout}}).
+		Breaker(breaker.Settings{Failures: 2, OpenTimeout: openTimeout}).
 		DefaultValue("default").OnBreakerChange(cb).Build()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
 
-	done := make(chan struct{})
+	opened, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		ctx := context.Background()
@@ -827,12 +841,36 @@ func TestOnBreakerChange_callbackCallsPipeline_noDeadlock(t *testing.T) {
 		for i := range 3 { // the Redis breaker opens
 			_, _ = p.Get(ctx, fmt.Sprintf("rf%d", i), ok)
 		}
-		time.Sleep(150 * time.Millisecond)
+		opened <- struct{}{}
+		<-opened
 		_, _ = p.Get(ctx, "probe", ok) // both half-open, the loader's closes
 	}()
+	deadlock := time.After(30 * time.Second)
+	select {
+	case <-opened:
+	case <-deadlock:
+		t.Fatal("deadlock: calls that open the breakers did not return within 30s")
+	}
+	// Both breakers opened (the callback saw it) more than OpenTimeout ago:
+	// the probe finds them half-open.
+	within(t, 10*time.Second, "both breakers open for longer than their OpenTimeout", func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		n := 0
+		for _, x := range tr.list {
+			if x.to == breaker.Open {
+				n++
+				if time.Since(x.at) <= openTimeout {
+					return false
+				}
+			}
+		}
+		return n >= 2
+	})
+	opened <- struct{}{}
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-deadlock:
 		t.Fatal("deadlock: calls that change breaker states did not return within 30s")
 	}
 	if nested.Load() < 4 {

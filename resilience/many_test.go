@@ -273,7 +273,7 @@ func TestGetMany_joinsLoadsInFlight(t *testing.T) {
 		done <- rs
 	}()
 	// GetMany's own load of b runs while a is still loading.
-	waitUntil(t, func() bool { return len(l.snapshot()) == 1 })
+	waitFor(t, func() bool { return len(l.snapshot()) == 1 })
 	close(gate)
 	rs := <-done
 	wg.Wait()
@@ -303,7 +303,7 @@ func TestGetMany_joinsLoadsInFlight(t *testing.T) {
 		}
 		got <- r
 	}()
-	waitUntil(t, func() bool {
+	waitFor(t, func() bool {
 		p.group.mu.Lock()
 		defer p.group.mu.Unlock()
 		f := p.group.m["d"]
@@ -337,18 +337,7 @@ func TestGetMany_callerLeaves(t *testing.T) {
 		t.Fatalf("err %v, want KeyErrors with context.Canceled", err)
 	}
 	close(l.gate)
-	waitUntil(t, func() bool { _, f := p.l1.Lookup("a"); return f.String() == "fresh" })
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, func() bool { _, f := p.l1.Lookup("a"); return f.String() == "fresh" })
 }
 
 // tripCounter counts a client's round trips: each command alone, each
@@ -495,7 +484,7 @@ func TestGetMany_redis_waitsForAnotherProcess(t *testing.T) {
 		res <- rs
 	}()
 	// The second process loads d (its own) while it waits for a, b, c.
-	waitUntil(t, func() bool { return len(second.snapshot()) == 1 })
+	waitFor(t, func() bool { return len(second.snapshot()) == 1 })
 	close(first.gate)
 	rs := <-res
 	wg.Wait()

@@ -564,17 +564,6 @@ func TestGet_staleWhileRevalidate_servesStaleRefreshesOnce(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestGet_untracedJoiners covers the joiners of a load under way when
 // tracing is off, the path a burst's callers take (joinUnderway): the
 // shared value, coalesced, for Get and GetResult; a joiner whose context

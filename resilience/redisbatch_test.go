@@ -82,7 +82,7 @@ func TestBatcher_burstSharesRoundTrips(t *testing.T) {
 // error; afterwards the batcher works again.
 func TestBatcher_hungServer(t *testing.T) {
 	srv := redistest.Start(t)
-	b, _, _ := batcherOn(t, srv, 300*time.Millisecond)
+	b, tc, _ := batcherOn(t, srv, 300*time.Millisecond)
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,12 +98,18 @@ func TestBatcher_hungServer(t *testing.T) {
 	senders := make([]error, maxSenders)
 	for i := range senders {
 		wg.Go(func() { senders[i] = b.HGet(ctx, fmt.Sprintf("h%d", i), "v").Err() })
-		time.Sleep(10 * time.Millisecond) // each sends a batch of its own
+		// Each sends a batch of its own: the command has gone out.
+		waitFor(t, func() bool { return tc.trips.Load() == int64(i+1) })
 	}
 	queued, cancel := context.WithCancel(ctx)
 	var leaving error
 	wg.Go(func() { leaving = b.HGet(queued, "h9", "v").Err() })
-	time.Sleep(10 * time.Millisecond)
+	// It waits in the queue, behind the batches in flight.
+	waitFor(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queue) == 1
+	})
 	cancel()
 	wg.Wait()
 	for i, err := range senders {
@@ -120,14 +126,11 @@ func TestBatcher_hungServer(t *testing.T) {
 	resumed = true
 	var v string
 	var err error
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if v, err = b.HGet(ctx, "h3", "v").Result(); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil || v != "3" {
+	within(t, 5*time.Second, "a reply after the server came back", func() bool {
+		v, err = b.HGet(ctx, "h3", "v").Result()
+		return err == nil
+	})
+	if v != "3" {
 		t.Fatalf("after the server came back: %q, %v; want \"3\"", v, err)
 	}
 }

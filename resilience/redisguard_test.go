@@ -235,22 +235,20 @@ func TestClose_concurrentCallsWaitForWorkInFlight(t *testing.T) {
 		return c.load(ctx, key)
 	}
 	go func() { _, _ = p.Get(context.Background(), "k", load) }()
-	for c.calls.Load() == 0 {
-		runtime.Gosched()
-	}
+	waitFor(t, func() bool { return c.calls.Load() == 1 })
 	var returned atomic.Int64
 	var wg sync.WaitGroup
 	for range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_ = p.Close()
 			if !finished.Load() {
 				returned.Add(1) // returned before the load ended
 			}
-		}()
+		})
 	}
-	time.Sleep(20 * time.Millisecond) // give an early return the chance to show
+	// Each Close has returned or is blocked inside: one that would return
+	// early has had every chance to.
+	waitFor(t, func() bool { return returned.Load() > 0 || blockedIn("resilience.(*Pipeline[...]).Close(") == 10 })
 	close(c.gate)
 	wg.Wait()
 	if n := returned.Load(); n != 0 {

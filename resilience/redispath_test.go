@@ -80,7 +80,7 @@ func TestLockedPath_commands(t *testing.T) {
 		t.Fatalf("cold key's winner sent %q, want the look and the commit", got)
 	}
 
-	time.Sleep(time.Millisecond) // past the L1 TTL
+	untilL1Stale(t, p, "cold")
 	r, err = p.GetResult(ctx, "cold", c.load)
 	if err != nil || r.Source != SourceL2 {
 		t.Fatalf("L1 miss: %+v, %v; want an L2 hit", r, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/herdguard/herdguard/internal/redistest"
@@ -56,7 +57,7 @@ func TestStats_fallbacks(t *testing.T) {
 	if _, err := p.Get(ctx, "s", okLoad); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond)
+	untilL1Stale(t, p, "s")
 	if r, err := p.GetResult(ctx, "s", failLoad); err != nil || r.Source != SourceStale {
 		t.Fatalf("%+v, %v; want the stale copy", r, err)
 	}
@@ -69,7 +70,7 @@ func TestStats_fallbacks(t *testing.T) {
 	if _, err := swr.Get(ctx, "s", okLoad); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond)
+	untilL1Stale(t, swr, "s")
 	if r, err := swr.GetResult(ctx, "s", okLoad); err != nil || r.Source != SourceStale {
 		t.Fatalf("%+v, %v; want the stale copy", r, err)
 	}
@@ -78,31 +79,30 @@ func TestStats_fallbacks(t *testing.T) {
 }
 
 func TestStats_coalesced(t *testing.T) {
-	p := build(t, New[string]("st").Cache(time.Minute).SingleFlight())
-	c := &counter{gate: make(chan struct{})}
-	const n = 50
-	var wg sync.WaitGroup
-	results := make([]Result[string], n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], _ = p.GetResult(context.Background(), "k", c.load)
-		}()
-	}
-	waitFor(t, func() bool { return c.calls.Load() == 1 })
-	time.Sleep(20 * time.Millisecond)
-	close(c.gate)
-	wg.Wait()
-	by := map[Source]uint64{}
-	for _, r := range results {
-		by[r.Source]++
-	}
-	if by[SourceCoalesced] == 0 {
-		t.Fatalf("sources %v: no caller joined the load", by)
-	}
-	wantStats(t, "coalesced", p.Stats(), Stats{
-		L1Hits: by[SourceL1], Misses: n - by[SourceL1], Loaded: 1, Coalesced: by[SourceCoalesced], Loads: 1,
+	synctest.Test(t, func(t *testing.T) {
+		p := build(t, New[string]("st").Cache(time.Minute).SingleFlight())
+		c := &counter{gate: make(chan struct{})}
+		const n = 50
+		var wg sync.WaitGroup
+		results := make([]Result[string], n)
+		for i := range n {
+			wg.Go(func() { results[i], _ = p.GetResult(context.Background(), "k", c.load) })
+		}
+		// Every caller has joined the load or is blocked on it.
+		synctest.Wait()
+		if got := c.calls.Load(); got != 1 {
+			t.Fatalf("%d loads under way, want 1", got)
+		}
+		close(c.gate)
+		wg.Wait()
+		by := map[Source]uint64{}
+		for _, r := range results {
+			by[r.Source]++
+		}
+		if by[SourceCoalesced] != n-1 {
+			t.Fatalf("sources %v: want %d callers to join the load", by, n-1)
+		}
+		wantStats(t, "coalesced", p.Stats(), Stats{Misses: n, Loaded: 1, Coalesced: n - 1, Loads: 1})
 	})
 }
 

@@ -10,20 +10,6 @@ import (
 	"github.com/herdguard/herdguard/lock"
 )
 
-// within polls cond until it holds, or fails the test after bound, and
-// returns how long it took.
-func within(t *testing.T, bound time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > bound {
-			t.Fatalf("%s: not within %v", what, bound)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestHealth_blackholedSubscription: pipeline B's link to Redis falls
 // into a black hole (bytes dropped, connections kept open). Its
 // subscription is found dead within lock.NotifierDeadAfter (Health says

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -341,35 +342,26 @@ resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.sou
 // another's load links to the leader's single-flight span, which holds the
 // load.
 func TestTelemetry_tree_coalescedJoiner(t *testing.T) {
-	rec := newTelRec(t)
-	p := build(t, New[string]("tel").Cache(time.Minute).SingleFlight().TracerProvider(rec.tp))
-	// The joiner must reach the flight while the leader's loader runs; its
-	// span starts just before it joins. Should it come too late, it leads a
-	// load of its own: try again with another key.
-	for try := range 5 {
-		key := fmt.Sprintf("k%d", try)
+	synctest.Test(t, func(t *testing.T) {
+		rec := newTelRec(t)
+		p := build(t, New[string]("tel").Cache(time.Minute).SingleFlight().TracerProvider(rec.tp))
+		const key = "k"
 		c := &counter{gate: make(chan struct{})}
 		var leader, joiner trace.SpanContext
 		var lr, jr Result[string]
 		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			leader = rec.call("leader", func(ctx context.Context) { lr, _ = p.GetResult(ctx, key, c.load) })
-		}()
-		waitFor(t, func() bool { return c.calls.Load() == 1 })
-		before := rec.startedNamed(telemetry.SpanSingleFlight)
-		go func() {
-			defer wg.Done()
+		})
+		synctest.Wait() // the leader's load is under way
+		wg.Go(func() {
 			joiner = rec.call("joiner", func(ctx context.Context) { jr, _ = p.GetResult(ctx, key, c.load) })
-		}()
-		waitFor(t, func() bool { return rec.startedNamed(telemetry.SpanSingleFlight) > before })
-		time.Sleep(20 * time.Millisecond)
+		})
+		synctest.Wait() // the joiner waits for the leader's load
 		close(c.gate)
 		wg.Wait()
-		if c.calls.Load() != 1 {
-			t.Logf("try %d: the joiner came too late", try)
-			continue
+		if n := c.calls.Load(); n != 1 {
+			t.Fatalf("%d loads, want 1 shared", n)
 		}
 		if lr.Source != SourceLoader || jr.Source != SourceCoalesced {
 			t.Fatalf("leader source %v, joiner source %v; want loader, coalesced", lr.Source, jr.Source)
@@ -394,9 +386,7 @@ resilience.get [herdguard.failed_open=false herdguard.pipeline=tel herdguard.sou
 		if load.Parent().SpanID() != lead.SpanContext().SpanID() {
 			t.Fatal("the leader's load span is not under the linked single-flight span")
 		}
-		return
-	}
-	t.Fatal("the joiner never joined the leader's flight in 5 tries")
+	})
 }
 
 // TestTelemetry_tree_failOpen kills Redis: the call loads without L2 and

@@ -11,6 +11,7 @@ import (
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/lock"
 )
 
 // source is a loader over a value the test changes, like a database row.
@@ -180,6 +181,7 @@ func TestWrites_redis_reachOtherPipelinesAndLoadsInFlight(t *testing.T) {
 			}
 
 			// A holder on B that read the row before the write.
+			mustGet(t, a, "marker", s.load)
 			s.row.Store("v3-old")
 			slow := newSource("v3-old")
 			slow.started, slow.gate = make(chan struct{}, 1), make(chan struct{})
@@ -188,8 +190,13 @@ func TestWrites_redis_reachOtherPipelinesAndLoadsInFlight(t *testing.T) {
 			write("busy")
 			close(slow.gate)
 			<-res
-			// Let the late write-back happen, if it were allowed to.
-			time.Sleep(50 * time.Millisecond)
+			// B's writes are done when its call returns. A hears them in
+			// the order B made them: once it hears B's next one, it has
+			// heard any late write-back's announcement.
+			if err := b.Invalidate(ctxT(t), "marker"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { _, ok := l1Value(a, "marker"); return !ok })
 			for i, p := range ps {
 				r := mustGet(t, p, "busy", s.load)
 				want := "v4"
@@ -234,8 +241,6 @@ func TestInvalidate_redis_loadAfterwardsIsStored(t *testing.T) {
 // invalidates a key it holds drops its L1 when its subscription comes
 // back.
 func TestReconnect_dropsL1(t *testing.T) {
-	// Longer than the notifier's liveness bound (lock.NotifierDeadAfter).
-	const cutFor = 4 * time.Second
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	a := redisPods(t, srv, "w-reconnect", 1, nil)[0]
@@ -253,18 +258,13 @@ func TestReconnect_dropsL1(t *testing.T) {
 	if err := a.Invalidate(ctxT(t), "k"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(cutFor)
+	// B finds its subscription dead: no announcement reaches it now.
+	within(t, 2*lock.NotifierDeadAfter, "B's subscription found dead", func() bool { return !b.Health().Subscribed })
 	if v, ok := l1Value(b, "k"); !ok || v != "v1" {
 		t.Fatalf("B heard the invalidation through a cut link: L1 = %q, %v", v, ok)
 	}
 	proxy.Restore()
-	deadline := time.Now().Add(20 * time.Second)
-	for b.writes.resubscribed.Load() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("B did not re-subscribe within 20s of the link's return")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	within(t, 20*time.Second, "B re-subscribed after the link's return", func() bool { return b.writes.resubscribed.Load() != before })
 	for _, key := range []string{"k", "other"} {
 		if v, ok := l1Value(b, key); ok {
 			t.Fatalf("B's L1 still holds %q = %q after re-subscribing", key, v)
@@ -322,7 +322,8 @@ func TestRefresh_reloadsAndStores(t *testing.T) {
 		go func() { _, err := ps[0].Refresh(ctxT(t), "k", s.load); errs <- err }()
 	}
 	<-s.started
-	time.Sleep(50 * time.Millisecond)
+	// The first call's load waits for the gate, the other three for it.
+	waitFor(t, func() bool { return blockedIn("golang.org/x/sync/singleflight.(*Group).Do(") == 4 })
 	close(s.gate)
 	for range 4 {
 		if err := <-errs; err != nil {
