@@ -21,8 +21,12 @@ import (
 // nil when the server binaries are missing.
 var srv *pgtest.Server
 
-// TestMain starts the package's PostgreSQL server and runs the tests.
+// TestMain starts the package's PostgreSQL server, runs the tests, or,
+// when the parent started this binary as a pod (podEnv set), the pod.
 func TestMain(m *testing.M) {
+	if cfg, ok := os.LookupEnv(podEnv); ok {
+		os.Exit(podMain(cfg))
+	}
 	os.Exit(runTests(m))
 }
 
