@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/herdguard/herdguard/backend/postgres/internal/pgtest"
+	"github.com/herdguard/herdguard/internal/pgtest"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	s, err := pgtest.Start()
 	switch {
+	case errors.Is(err, pgtest.ErrNoBinaries) && pgtest.Required():
+		fmt.Fprintf(os.Stderr, "postgres tests: %v, and %s=1 requires them\n", err, pgtest.RequireEnv)
+		return 1
 	case errors.Is(err, pgtest.ErrNoBinaries):
 		fmt.Fprintln(os.Stderr, "postgres tests skip:", err)
 	case err != nil:

@@ -18,6 +18,14 @@
 //
 //	go run ./postgres -batch
 //
+// With -fenced it shows a loader that also writes a downstream row and
+// fences that write with its lock grant (resilience.Fence): a late write
+// from an older grant, as a holder paused past its lease would make after
+// another pod took the lock over, is refused, and the row keeps the newer
+// load's value.
+//
+//	go run ./postgres -fenced
+//
 // With OTEL_EXPORTER_OTLP_ENDPOINT set (e.g. http://127.0.0.1:4318), it
 // exports its traces and metrics over OTLP/HTTP.
 package main
@@ -104,6 +112,7 @@ func main() {
 	flag.DurationVar(&cfg.Grace, "grace", time.Second, "how long an expired value is kept as a stale copy")
 	flag.DurationVar(&cfg.Timeout, "timeout", 2*time.Second, "bound of one query")
 	batch := flag.Bool("batch", false, "show GetMany: batches of ids, one query for each batch's misses")
+	fenced := flag.Bool("fenced", false, "show a loader whose downstream write is fenced by its lock grant")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -113,9 +122,12 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if *batch {
+	switch {
+	case *batch:
 		_, err = runBatch(ctx, cfg.DatabaseURL, os.Stdout)
-	} else {
+	case *fenced:
+		_, err = runFenced(ctx, cfg.DatabaseURL, os.Stdout)
+	default:
 		_, err = run(ctx, cfg, os.Stdout)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

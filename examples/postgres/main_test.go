@@ -4,41 +4,63 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/pgtest"
 	"github.com/herdguard/herdguard/resilience"
 )
 
-// databaseURL returns the PostgreSQL to test against. It fails the test
-// when that database cannot be reached and CI is set, and skips it
-// otherwise.
+// srv is the package's private PostgreSQL server, started by TestMain;
+// nil when the server binaries are missing.
+var srv *pgtest.Server
+
+// TestMain starts the package's PostgreSQL server, runs the tests, or,
+// when the parent started this binary as a pod (podEnv set), the pod.
+func TestMain(m *testing.M) {
+	if cfg, ok := os.LookupEnv(podEnv); ok {
+		os.Exit(podMain(cfg))
+	}
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	s, err := pgtest.Start()
+	switch {
+	case errors.Is(err, pgtest.ErrNoBinaries):
+		// Each test that needs the server skips, or fails when required.
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	default:
+		srv = s
+		defer func() {
+			if err := s.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}()
+	}
+	return m.Run()
+}
+
+// databaseURL returns the connection string of the package's server. It
+// skips t when the PostgreSQL binaries are missing, and fails it instead
+// when pgtest.RequireEnv is set.
 func databaseURL(t *testing.T) string {
 	t.Helper()
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		url = defaultDatabaseURL
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err == nil {
-		err = conn.Ping(ctx)
-		_ = conn.Close(ctx)
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("PostgreSQL at %s is required in CI: %v", url, err)
+	if srv == nil {
+		if pgtest.Required() {
+			t.Fatalf("%v, and %s=1 requires them", pgtest.ErrNoBinaries, pgtest.RequireEnv)
 		}
-		t.Skipf("no PostgreSQL at %s (set DATABASE_URL): %v", url, err)
+		t.Skip(pgtest.ErrNoBinaries)
 	}
-	return url
+	return srv.DSN()
 }
 
 func TestRun_stampedeThenStaleThenDefault(t *testing.T) {

@@ -1,6 +1,10 @@
 // Package pgtest starts PostgreSQL servers for tests: each in a
 // temporary directory, on a free loopback port, with durability off for
 // speed, so that a test may stop it (as a crash would) and start it again.
+//
+// Tests never use a PostgreSQL they did not start. Where the server
+// binaries are missing they skip, unless [RequireEnv] is set, as the
+// repository's test command sets it: then they fail.
 package pgtest
 
 import (
@@ -19,8 +23,16 @@ import (
 )
 
 // ErrNoBinaries means no PostgreSQL server binaries were found: tests
-// skip with it.
+// skip with it, or fail when [Required].
 var ErrNoBinaries = errors.New("pgtest: no PostgreSQL binaries (initdb, pg_ctl) under /usr/lib/postgresql/*/bin or on PATH")
+
+// RequireEnv is the environment variable that, set to 1, turns a test's
+// skip for [ErrNoBinaries] into a failure.
+const RequireEnv = "HERDGUARD_REQUIRE_PG"
+
+// Required reports whether [RequireEnv] is set to 1: a test that cannot
+// start a server must then fail rather than skip.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
 
 // Server is a PostgreSQL server started for tests.
 type Server struct {
