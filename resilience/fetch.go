@@ -19,8 +19,8 @@ type pending[V any] struct {
 	// mark is the notifier's, taken before the look: a subscription
 	// after it misses no announcement since.
 	mark uint64
-	// locked: lk and err are a look through the Redis lock, which began
-	// at start.
+	// locked: lk and err are a look through the lock (lookOrLock),
+	// which began at start.
 	locked bool
 	start  time.Time
 	lk     look[V]
@@ -57,7 +57,7 @@ func (p *Pipeline[V]) fetchInto(ctx context.Context, key string, load LoadFunc[V
 }
 
 // fetchLook is the part of a miss that may answer without a load: L1
-// again, then one look at Redis. finished says it answered, into o, with
+// again, then one look at L2 (with Lock, one that also tries the lock). finished says it answered, into o, with
 // err; otherwise pd holds what the rest of the miss needs. A panic of user
 // code that escaped its own stage's recovery becomes a [*PanicError].
 func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], hint bool) (pd pending[V], finished bool, err error) {
@@ -77,9 +77,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		// Announcements delivered from now on reach the subscription that
 		// a wait takes after the looks below, however late (see
 		// subscribe): a look that finds the value needs none.
-		if mn, ok := p.notifier.(markNotifier); ok {
-			pd.mark = mn.Mark()
-		}
+		pd.mark = p.co.mark()
 	}
 	if p.l1 != nil && !o.refresh {
 		// A caller that missed L1 just before the previous shared load
@@ -89,28 +87,12 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 			return pd, true, err
 		}
 	}
-	if p.rlock != nil && !p.swr && !o.refresh {
-		if hint {
-			// L1 says Redis has it fresh: a plain read, the cheapest
-			// command, answers; if not, the look below also tries the
-			// lock.
-			e, f, err := p.l2Get(ctx, key)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				return pending[V]{relook: true}, false, nil
-			case err != nil:
-				o.failOpen(err)
-				return pd, false, nil
-			case f == cache.Fresh:
-				p.fillL1(key, e, o)
-				o.res, err = fromEntry(&e, SourceL2)
-				return pd, true, err
-			}
-		}
-		// One round trip reads the value and, if it is not fresh, tries
-		// the lock.
+	if p.locker != nil && !p.swr && !o.refresh {
+		// One look reads the value and, if it is not fresh, tries the
+		// lock. hint: L1 says L2 has it fresh, so a plain read may
+		// answer.
 		pd.locked, pd.start = true, time.Now()
-		pd.lk, pd.err = p.lookRedis(ctx, key)
+		pd.lk, pd.err = p.co.lookOrLock(ctx, key, hint)
 		switch {
 		case pd.err == nil && pd.lk.lease == nil: // a fresh value: no lock needed
 			p.fillL1(key, pd.lk.e, o)

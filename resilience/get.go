@@ -27,7 +27,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -57,15 +56,10 @@ type Pipeline[V any] struct {
 
 	locker   lock.Locker
 	notifier lock.Notifier
-	// rlock is the Redis lock (nil in the embedded default): its looks
-	// read the value and try the lock in one round trip, and its leases
-	// announce on release; without it the pipeline notifies itself.
-	rlock *lock.Redis
-	// shared is the Backend's view (nil with Redis, or in the embedded
-	// default); dbSystem names it on spans.
-	shared   Shared
-	dbSystem []attribute.KeyValue
-	lockCfg  LockSettings
+	// co is the coordination seam (coord.go): Redis's, a backend's, or
+	// with Lock alone the embedded default's; nil without L2 and lock.
+	co      coord[V]
+	lockCfg LockSettings
 
 	br        *breaker.Breaker
 	retry     *RetrySettings

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -62,10 +60,7 @@ func (p *Pipeline[V]) corrupt(ctx context.Context, sp trace.Span, err error) {
 
 // failOpen records that a call went on without Redis.
 func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, err error) {
-	why := "redis_error"
-	if p.shared != nil {
-		why = "backend_error"
-	}
+	why := p.co.failReason()
 	if classify(ctx, err) == errRefused {
 		why = "breaker_open"
 	} else if isDenied(err) {
@@ -105,7 +100,7 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g
 			if g != nil {
 				// The holder's last step, in one round trip: write while
 				// its token holds the lock, release, announce.
-				return p.l2.Commit(ctx, key, e, g.lease.Token())
+				return p.co.commit(ctx, key, e, g.lease.Token())
 			}
 			return p.l2.Set(ctx, key, e)
 		})
@@ -145,53 +140,6 @@ func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
 		p.tel.FailOpen(ctx, "l2_set:lease_lost")
 	}
 	p.logs.lostLease(ctx)
-}
-
-// look is one look at a key through the Redis lock: the value, and the
-// lease when the lock was granted.
-type look[V any] struct {
-	e     cache.Entry[V]
-	f     cache.Freshness
-	lease *lock.Lease
-}
-
-// lookRedis reads key's value and, unless it is fresh, tries the lock, in
-// one round trip, with a client span. It returns lock.ErrNotAcquired (with
-// the stale copy, if any) when a live holder has the lock.
-func (p *Pipeline[V]) lookRedis(ctx context.Context, key string) (look[V], error) {
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA")))
-		defer sp.End()
-	}
-	var raw []byte
-	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
-		l, v, _, err := p.rlock.TryAcquireOrGet(ctx, key, p.lockCfg.Lease, time.Now())
-		raw = v
-		return l, err
-	})
-	lk := look[V]{lease: lease}
-	if raw != nil {
-		lk.e, lk.f = p.l2.Decode(key, raw)
-	}
-	if err == nil && lease == nil && lk.f != cache.Fresh {
-		// Fresh by its expiry field, yet unusable (bytes that do not
-		// decode): a miss, so take the lock without looking at it.
-		lk.lease, err = guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
-			return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
-		})
-	}
-	if sp != nil {
-		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))
-	}
-	switch classify(ctx, err) {
-	case errData:
-		p.corrupt(ctx, sp, err)
-	case errInfra, errRefused, errCanceled:
-		p.failOpen(ctx, sp, "l2_get", err)
-	}
-	return lk, err
 }
 
 // decryptFailed records an L2 entry that did not decrypt, and reports

@@ -3,40 +3,18 @@ package resilience
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
-// grant is a lease this process holds while it loads.
-type grant struct {
-	lease *lock.Lease
-	// lost is set by the watchdog when an extension finds the lease gone
-	// (taken over, or lost with Redis's keys): the value is then not
-	// written back.
-	lost atomic.Bool
-	// released is set once the write-back released the lock too; read
-	// and written by the holder's goroutine only.
-	released bool
-}
-
-// hold starts lease's watchdog, which beats until the lease is released
-// or ctx ends, and returns the grant it marks lost.
-func hold(ctx context.Context, lease *lock.Lease) *grant {
-	g := &grant{lease: lease}
-	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
-	return g
-}
-
-// lockedRest is the rest of a miss after a look through the Redis lock
-// that found no fresh value (pd): the winner's load, or the waiter's
-// wait.
+// lockedRest is the rest of a miss after a look through the lock
+// (lookOrLock) that found no fresh value (pd): the winner's load, or the
+// waiter's wait.
 func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], pd *pending[V]) error {
 	lk, err := pd.lk, pd.err
 	if err != nil && !errors.Is(err, lock.ErrNotAcquired) {
@@ -44,7 +22,7 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		case errCanceled:
 			return err
 		case errInfra, errRefused:
-			// Redis failed (recorded on the look's span): load without it.
+			// The service failed (recorded by the look): load without it.
 			o.failOpen(err)
 		}
 		// A problem with this key's data (counted on the look's span) is
@@ -58,12 +36,16 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 	}
 	if err == nil {
 		p.lockOutcome(ctx, sp, "acquired", pd.start, lk.lease)
+		if lk.readFailed != nil {
+			o.failOpen(lk.readFailed)
+		}
 		return p.holdAndLoad(ctx, key, load, lk.lease, o, false, pd.g)
 	}
 	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // lock.ErrNotAcquired
 }
 
-// lockedLoad is the distributed-lock stage: the winner loads, the others
+// lockedLoad is the distributed-lock stage after a plain read (for a
+// refresh, or with StaleWhileRevalidate): the winner loads, the others
 // wait for its value; when the lock backend fails, the load runs unlocked.
 //
 // mark is the notifier's, taken before the read that missed: a wait
@@ -88,15 +70,6 @@ func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[
 	return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
 }
 
-// markNotifier is a notifier with marks (both of package lock's are): the
-// leader takes a mark before its look, and subscribes only when it must
-// wait, losing no announcement made in between.
-type markNotifier interface {
-	lock.Notifier
-	Mark() uint64
-	SubscribeSince(key string, mark uint64) (<-chan struct{}, func())
-}
-
 // subscribe subscribes to key's announcements for a wait, given the
 // notifier's mark taken before the look that found the lock held: an
 // announcement delivered since then signals the channel at once. Looks
@@ -104,12 +77,7 @@ type markNotifier interface {
 // wake-up. lookNow says the notifier keeps no marks: look once before
 // waiting.
 func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{}, unsubscribe func(), lookNow bool) {
-	if mn, ok := p.notifier.(markNotifier); ok {
-		woken, unsubscribe = mn.SubscribeSince(key, mark)
-		return woken, unsubscribe, false
-	}
-	woken, unsubscribe = p.notifier.Subscribe(key)
-	return woken, unsubscribe, true
+	return p.co.subscribe(key, mark)
 }
 
 // loadFailedOpen loads without the lock because Redis failed (err).
@@ -167,7 +135,7 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 		}
 	}()
 	if recheck {
-		e, f, err := p.sharedGet(ctx, key)
+		e, f, err := p.co.read(ctx, key)
 		switch {
 		case err != nil:
 			// Redis failed between the grant and now: load, and skip the
@@ -180,42 +148,6 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 		}
 	}
 	return p.loadAndStore(ctx, key, load, g, o)
-}
-
-// release gives the lease back and wakes the waiters, on a goroutine of
-// its own (Close waits for it), so that the callers of the load need not
-// wait for it. It never goes through the Redis breaker and runs past the
-// flight's end on a deadline of its own: a lock left behind would hold
-// every other process until a waiter sees its holder dead.
-func (p *Pipeline[V]) release(ctx context.Context, key string, lease *lock.Lease) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	run := func() {
-		defer cancel()
-		_ = lease.Release(rctx) // the Redis lock announces in the same round trip
-		if p.rlock == nil {
-			_ = p.notifier.Notify(rctx, key)
-		}
-	}
-	if !p.bg.add() { // closing: release before Close returns
-		run()
-		return
-	}
-	go func() {
-		defer p.bg.done()
-		run()
-	}()
-}
-
-// sharedGet reads what lock waiters look at: L2, or without Redis, L1.
-func (p *Pipeline[V]) sharedGet(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
-	if p.l2 != nil {
-		return p.l2Get(ctx, key)
-	}
-	e, f := p.l1.Lookup(key)
-	if e == nil {
-		return cache.Entry[V]{}, f, nil
-	}
-	return *e, f, nil
 }
 
 // await is a waiter's part: woken by the holder's announcement, with a
@@ -254,30 +186,19 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 	default:
 	}
 	for {
-		if look && announced && p.rlock != nil && !o.refresh {
-			// An announcement says the value most likely landed: a plain
-			// read, the cheapest command, answers; only when it finds no
-			// fresh value does the look below try the lock. A burst wakes
-			// every waiter of a process at once, so their reads go out
-			// together, and Redis runs no script for them.
-			e, f, err := p.l2Get(ctx, key)
-			switch {
-			case err == nil && o.accepts(&e, f):
-				p.fillL1(key, e, o)
-				p.lockOutcome(ctx, sp, "waited", start, nil)
-				o.res, err = fromEntry(&e, SourceWaited)
-				return err
-			case err != nil && ctx.Err() != nil:
-				return err
-			case err != nil:
-				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
-			}
-		}
-		if look && p.rlock != nil && !o.refresh {
-			lk, err := p.lookRedis(ctx, key)
+		if look && !o.refresh {
+			// An announcement says the value most likely landed: with
+			// Redis, a plain read, the cheapest command, answers; only
+			// when it finds no fresh value does the look try the lock. A
+			// burst wakes every waiter of a process at once, so their
+			// reads go out together, and Redis runs no script for them.
+			lk, err := p.co.lookOrLock(ctx, key, announced)
 			switch {
 			case err == nil && lk.lease != nil:
 				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
+				if lk.readFailed != nil {
+					o.failOpen(lk.readFailed)
+				}
 				return p.holdAndLoad(ctx, key, load, lk.lease, o, false, nil)
 			case err == nil:
 				p.fillL1(key, lk.e, o)
@@ -294,7 +215,9 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
 			}
 		} else if look {
-			e, f, err := p.sharedGet(ctx, key)
+			// A refresh takes only a value newer than the one that called
+			// for it: a read, then the lock.
+			e, f, err := p.co.read(ctx, key)
 			switch {
 			case err != nil:
 				return p.loadFailedOpen(ctx, sp, "l2_get", err, key, load, o, start)

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
@@ -412,10 +411,8 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 	// first leases it took, and other processes took them over).
 	for chunk := range slices.Chunk(todo, GetManyChunk) {
 		switch {
-		case p.rlock != nil:
-			p.lockedMany(ctx, chunk, load, outs)
 		case p.l2 != nil && p.locker != nil:
-			p.lockedEach(ctx, chunk, load, outs)
+			p.lockedMany(ctx, chunk, load, outs)
 		case p.l2 != nil:
 			p.l2Many(ctx, chunk, load, outs)
 		default:
@@ -449,7 +446,22 @@ type loadItem struct {
 	key      string
 	lease    *lock.Lease
 	failOpen error
-	lost     atomic.Bool // the lease was found lost by the watchdog
+	// lost is set when the lease was found lost by a watchdog (nil
+	// without a lease); beating says the lease's own watchdog beats, so
+	// the batch's need not.
+	lost    *atomic.Bool
+	beating bool
+}
+
+// heldItem is the load of k under the lease lk won.
+func heldItem[V any](k string, lk *look[V]) *loadItem {
+	it := &loadItem{key: k, lease: lk.lease, failOpen: lk.readFailed}
+	if lk.g != nil {
+		it.lost, it.beating = &lk.g.lost, true
+	} else {
+		it.lost = new(atomic.Bool)
+	}
+	return it
 }
 
 // l2Many is the batch's Redis read without Lock: one round trip, then one
@@ -520,9 +532,9 @@ func readFailed[V any](ctx context.Context, keys []string, err error, outs map[s
 	return items
 }
 
-// lockedMany is the batch's part with the Redis lock: one look for every
-// key (the value, else the lock), then this process's loads and its wait
-// for the keys other processes hold, side by side.
+// lockedMany is the batch's part with the lock: one look for every key
+// (the value, else the lock), then this process's loads and its wait for
+// the keys other processes hold, side by side.
 func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
 	// Subscribe before the look: a value that lands after it is
 	// announced to these subscriptions.
@@ -533,7 +545,7 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 		subs[k] = ch
 	}
 	start := time.Now()
-	looks, err := p.lookMany(ctx, keys)
+	looks, err := p.co.lookOrLockMany(ctx, keys)
 	if err != nil {
 		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
 		return
@@ -542,24 +554,24 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 	var waits []string
 	for i, k := range keys {
 		out := outs[k]
-		lk := looks[i]
-		e, f := p.l2.Decode(k, lk.Value)
+		lk := &looks[i]
+		e, f := lk.e, lk.f
 		if f == cache.Stale {
 			out.o.stale, out.o.hasStale = e, true
 		}
 		switch {
-		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
+		case lk.err == nil && lk.lease == nil && f == cache.Fresh:
 			p.fillL1(k, e, out.o)
 			out.o.res, out.err = fromEntry(&e, SourceL2)
 			out.set = true
-		case lk.Err == nil && lk.Lease == nil:
+		case lk.err == nil && lk.lease == nil:
 			// Fresh by its expiry field, yet unusable: a miss, loaded
 			// without the lock (counted by Decode).
 			items = append(items, &loadItem{key: k})
-		case lk.Err == nil:
-			p.lockOutcome(ctx, nil, "acquired", start, lk.Lease)
-			items = append(items, &loadItem{key: k, lease: lk.Lease})
-		case errors.Is(lk.Err, lock.ErrNotAcquired):
+		case lk.err == nil:
+			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
+			items = append(items, heldItem(k, lk))
+		case errors.Is(lk.err, lock.ErrNotAcquired):
 			if p.swr && f == cache.Stale && !e.NotFound {
 				// Another process refreshes it: serve the stale copy now.
 				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
@@ -567,11 +579,10 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 				continue
 			}
 			waits = append(waits, k)
-		case classify(ctx, lk.Err) == errData:
-			p.corrupt(ctx, nil, lk.Err)
-			items = append(items, &loadItem{key: k})
-		default: // the caller's end; other failures failed the look as a whole
-			out.err, out.set = lk.Err, true
+		default:
+			if it := p.lookFailed(ctx, k, lk.err, out, start); it != nil {
+				items = append(items, it)
+			}
 		}
 	}
 	var wg sync.WaitGroup
@@ -584,167 +595,21 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 	wg.Wait()
 }
 
-// lockedEach is the batch's part with a backend's lock, which has no look
-// that also tries the lock: for each key, a read, then, unless the value
-// is fresh, the lock, then (won) a second read, since another process may
-// have written it in between. One loader call serves the keys won (and
-// those the backend could not answer), written back under their grants
-// (write, release, wake the waiters) by loadBatch. The keys other
-// processes hold are waited for on Get's wait path, one goroutine each,
-// while this one loads its own.
-func (p *Pipeline[V]) lockedEach(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
-	start := time.Now()
-	// The keys side by side, up to eachLimit at once: the backend's calls
-	// of concurrent callers share its statements (PostgreSQL batches
-	// them), where one key after another would cost a chunk thousands of
-	// sequential round trips. Each goroutine writes its own key's slots.
-	found := make([]*loadItem, len(keys))
-	held := make([]bool, len(keys))
-	var g errgroup.Group
-	g.SetLimit(eachLimit)
-	for i, k := range keys {
-		g.Go(func() error {
-			found[i], held[i] = p.lookEach(ctx, k, outs[k], start)
-			return nil
-		})
+// lookFailed settles key k, whose look in a batch failed with err (the
+// failure recorded by the look), or returns its load: a per-key data
+// problem is a miss, loaded without the lock; the service failing for this
+// key alone, a load without it, failing open; the caller's end, an error.
+func (p *Pipeline[V]) lookFailed(ctx context.Context, k string, err error, out *keyOut[V], start time.Time) *loadItem {
+	switch classify(ctx, err) {
+	case errData:
+		p.corrupt(ctx, nil, err)
+		return &loadItem{key: k}
+	case errInfra, errRefused:
+		p.lockOutcome(ctx, nil, "failed_open", start, nil)
+		return &loadItem{key: k, failOpen: err}
 	}
-	_ = g.Wait()
-	var items []*loadItem
-	var waits []string
-	for i, k := range keys {
-		if found[i] != nil {
-			items = append(items, found[i])
-		}
-		if held[i] {
-			waits = append(waits, k)
-		}
-	}
-	var wg sync.WaitGroup
-	one := oneOfMany(load)
-	sem := make(chan struct{}, eachLimit)
-	for _, k := range waits {
-		out := outs[k]
-		// Each goroutine writes its own key's outcome only.
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			out.err = p.await(ctx, nil, k, one, out.o, start, 0)
-			out.set = true
-		})
-	}
-	p.loadBatch(ctx, items, load, outs)
-	wg.Wait()
-}
-
-// beating starts the watchdog of the item's lease at once: the chunk's other
-// keys may take longer to look at than the lease's beat, and a lease that
-// does not beat meanwhile looks dead to other processes.
-func (p *Pipeline[V]) beating(ctx context.Context, it *loadItem) *loadItem {
-	it.lease.KeepAlive(ctx, func(error) { it.lost.Store(true) })
-	return it
-}
-
-// eachLimit bounds the keys lockedEach looks at, or waits for, at once.
-const eachLimit = 64
-
-// lookEach is lockedEach's part for one key: it reads the value, then,
-// unless it is fresh, tries the lock, and (won) reads again. It settles
-// out, or returns the key's load, or says that another process holds it.
-func (p *Pipeline[V]) lookEach(ctx context.Context, k string, out *keyOut[V], start time.Time) (it *loadItem, wait bool) {
-	e, f, err := p.l2Get(ctx, k)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		out.err, out.set = ctx.Err(), true
-		return nil, false
-	case err != nil: // recorded by l2Get
-		return &loadItem{key: k, failOpen: err}, false
-	case f == cache.Fresh:
-		p.fillL1(k, e, out.o)
-		out.o.res, out.err = fromEntry(&e, SourceL2)
-		out.set = true
-		return nil, false
-	case f == cache.Stale:
-		out.o.stale, out.o.hasStale = e, true
-	}
-	lease, err := p.tryAcquire(ctx, k)
-	switch {
-	case err == nil:
-		p.lockOutcome(ctx, nil, "acquired", start, lease)
-		e, f, err := p.l2Get(ctx, k)
-		switch {
-		case err != nil:
-			// The write-back would fail too: load, in L1 only.
-			return p.beating(ctx, &loadItem{key: k, lease: lease, failOpen: err}), false
-		case f == cache.Fresh:
-			p.release(ctx, k, lease)
-			p.fillL1(k, e, out.o)
-			out.o.res, out.err = fromEntry(&e, SourceL2)
-			out.set = true
-			return nil, false
-		}
-		return p.beating(ctx, &loadItem{key: k, lease: lease}), false
-	case errors.Is(err, lock.ErrNotAcquired):
-		if p.swr && f == cache.Stale && !e.NotFound {
-			// Another process refreshes it: serve the stale copy now.
-			out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
-			out.set = true
-			return nil, false
-		}
-		return nil, true
-	case ctx.Err() != nil:
-		out.err, out.set = err, true
-		return nil, false
-	}
-	p.failOpen(ctx, nil, "lock_acquire", err)
-	p.lockOutcome(ctx, nil, "failed_open", start, nil)
-	return &loadItem{key: k, failOpen: err}, false
-}
-
-// lookMany reads each key's value and, unless it is fresh, tries its lock:
-// one script per key, in one round trip, with one client span. Its error
-// is the look's failure as a whole (Redis failed, its breaker is open, or
-// ctx ended); per-key answers are in the looks.
-func (p *Pipeline[V]) lookMany(ctx context.Context, keys []string) ([]lock.Look, error) {
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA"), attrKeys.Int(len(keys))))
-		defer sp.End()
-	}
-	looks, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]lock.Look, error) {
-		ls := p.rlock.TryAcquireOrGetMany(ctx, keys, p.lockCfg.Lease, time.Now())
-		for _, l := range ls {
-			if l.Err != nil && !errors.Is(l.Err, lock.ErrNotAcquired) && classify(ctx, l.Err) != errData {
-				return ls, l.Err
-			}
-		}
-		return ls, nil
-	})
-	if err != nil {
-		// A look that failed as a whole grants nothing: give back what
-		// it may have granted.
-		var granted []*lock.Lease
-		for _, l := range looks {
-			if l.Lease != nil {
-				granted = append(granted, l.Lease)
-			}
-		}
-		p.releaseMany(ctx, granted)
-		if classify(ctx, err) != errCanceled {
-			p.failOpen(ctx, sp, "l2_get", err)
-		}
-		return nil, err
-	}
-	if sp != nil {
-		hits := 0
-		for _, l := range looks {
-			if l.Fresh {
-				hits++
-			}
-		}
-		sp.SetAttributes(attribute.Int("herdguard.keys.hit", hits))
-	}
-	return looks, nil
+	out.err, out.set = err, true
+	return nil
 }
 
 // awaitMany is the waiters' part for many keys at once, in one wait: each
@@ -882,7 +747,7 @@ func drainHeard(heard <-chan string, first string, keep func(string) bool) []str
 // lookAgain looks at the woken keys in one round trip, settles those it
 // can, loads those it must, and returns the keys still waited for.
 func (p *Pipeline[V]) lookAgain(ctx context.Context, woken, pending []string, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) []string {
-	looks, err := p.lookMany(ctx, woken)
+	looks, err := p.co.lookOrLockMany(ctx, woken)
 	done := make(map[string]bool, len(woken))
 	var items []*loadItem
 	for i, k := range woken {
@@ -897,26 +762,25 @@ func (p *Pipeline[V]) lookAgain(ctx context.Context, woken, pending []string, lo
 			done[k] = true
 			continue
 		}
-		lk := looks[i]
-		e, f := p.l2.Decode(k, lk.Value)
+		lk := &looks[i]
+		e, f := lk.e, lk.f
 		switch {
-		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
+		case lk.err == nil && lk.lease == nil && f == cache.Fresh:
 			p.fillL1(k, e, out.o)
 			p.lockOutcome(ctx, nil, "waited", start, nil)
 			out.o.res, out.err = fromEntry(&e, SourceWaited)
 			out.set = true
-		case lk.Err == nil && lk.Lease == nil:
+		case lk.err == nil && lk.lease == nil:
 			items = append(items, &loadItem{key: k})
-		case lk.Err == nil:
-			p.lockOutcome(ctx, nil, "acquired", start, lk.Lease)
-			items = append(items, &loadItem{key: k, lease: lk.Lease})
-		case errors.Is(lk.Err, lock.ErrNotAcquired):
+		case lk.err == nil:
+			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
+			items = append(items, heldItem(k, lk))
+		case errors.Is(lk.err, lock.ErrNotAcquired):
 			continue
-		case classify(ctx, lk.Err) == errData:
-			p.corrupt(ctx, nil, lk.Err)
-			items = append(items, &loadItem{key: k})
 		default:
-			out.err, out.set = lk.Err, true
+			if it := p.lookFailed(ctx, k, lk.err, out, start); it != nil {
+				items = append(items, it)
+			}
 		}
 		done[k] = true
 	}
@@ -1022,7 +886,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], it
 		defer sp.End()
 	}
 	ws, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]cache.Written, error) {
-		ws, err := p.l2.SetMany(ctx, writes)
+		ws, err := p.co.commitMany(ctx, writes)
 		if err != nil {
 			return nil, err
 		}
@@ -1093,34 +957,6 @@ func appendLease(ls []*lock.Lease, l *lock.Lease) []*lock.Lease {
 	return append(ls, l)
 }
 
-// releaseMany gives leases back and announces their keys, in one round
-// trip, on a goroutine of its own (Close waits for it). Like release, it
-// never goes through the Redis breaker and has a deadline of its own.
-func (p *Pipeline[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
-	if len(leases) == 0 {
-		return
-	}
-	if p.rlock == nil { // a backend's leases: one by one
-		for _, l := range leases {
-			p.release(ctx, l.Key(), l)
-		}
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	run := func() {
-		defer cancel()
-		_ = p.rlock.ReleaseMany(rctx, leases)
-	}
-	if !p.bg.add() {
-		run()
-		return
-	}
-	go func() {
-		defer p.bg.done()
-		run()
-	}()
-}
-
 // keepAliveMany beats for the items' leases while their loader call runs:
 // one watchdog for the batch, extending every lease in one round trip per
 // beat. It marks an item whose lease was found lost. The returned stop
@@ -1130,7 +966,9 @@ func (p *Pipeline[V]) keepAliveMany(ctx context.Context, items []*loadItem) (sto
 	var leases []*lock.Lease
 	every := time.Duration(0)
 	for _, it := range items {
-		if it.lease != nil {
+		// A lease that beats on its own (from its grant, see
+		// lookThenLockMany) beats until released or forgotten.
+		if it.lease != nil && !it.beating {
 			held = append(held, it)
 			leases = append(leases, it.lease)
 			if every == 0 || it.lease.Every() < every {
@@ -1139,12 +977,6 @@ func (p *Pipeline[V]) keepAliveMany(ctx context.Context, items []*loadItem) (sto
 		}
 	}
 	if len(held) == 0 {
-		return func() {}
-	}
-	if p.rlock == nil {
-		// A backend's leases beat one by one from their grant (see
-		// beating), until released or forgotten (by their write-back,
-		// or by releaseMany).
 		return func() {}
 	}
 	quit, done := make(chan struct{}), make(chan struct{})
@@ -1161,7 +993,7 @@ func (p *Pipeline[V]) keepAliveMany(ctx context.Context, items []*loadItem) (sto
 			case <-t.C:
 			}
 			ectx, cancel := context.WithTimeout(ctx, every)
-			lost, _ := p.rlock.ExtendMany(ectx, leases)
+			lost, _ := p.co.extendMany(ectx, leases)
 			cancel()
 			for i, l := range lost {
 				if l {
