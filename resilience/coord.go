@@ -26,15 +26,16 @@ type coord[V any] interface {
 	// at. A per-key data problem is a miss; an error (recorded) means the
 	// call goes on without the service.
 	read(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error)
-	// lookOrLock reads key's stored value and, unless it is fresh, tries
-	// key's lock, in one step. A look that found the value fresh has no
+	// lookOrLock reads key's stored value and, unless o accepts it (fresh,
+	// and for a refresh newer than the copy that called for it), tries
+	// key's lock, in one step. A look that found such a value has no
 	// lease; one that won the lock has it, with the stale copy, if any. It
 	// returns lock.ErrNotAcquired (with the stale copy) while a live
 	// holder has the lock, and records its failures (on a span, in the
 	// metrics) itself. likely says that the value most likely landed (an
 	// announcement, or L1's word): an adapter whose plain read is cheaper
 	// than its look reads first.
-	lookOrLock(ctx context.Context, key string, likely bool) (look[V], error)
+	lookOrLock(ctx context.Context, key string, likely bool, o *outcome[V]) (look[V], error)
 	// lookOrLockMany is lookOrLock for distinct keys, in as few round
 	// trips as the adapter can: the i-th look is keys[i]'s, with its own
 	// error. Its error is the look's failure as a whole, which grants
@@ -93,12 +94,12 @@ type look[V any] struct {
 // steps: the read (read), then, unless the value is fresh, the lock, then
 // (won) a second read, since another process may have written the value
 // in between; a value found then gives the lease back.
-func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) (look[V], error) {
+func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, o *outcome[V], read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) (look[V], error) {
 	e, f, err := read(ctx, key)
 	if err != nil {
 		return look[V]{}, err // recorded by read
 	}
-	if f == cache.Fresh {
+	if o.accepts(&e, f) {
 		return look[V]{e: e, f: f}, nil
 	}
 	lk := look[V]{e: e, f: f}
@@ -114,12 +115,16 @@ func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, read func(co
 	}
 	e2, f2, err := read(ctx, key)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The caller left: the look ends with it, and grants nothing.
+		p.release(ctx, key, lease)
+		return lk, err
 	case err != nil:
 		// The backend failed between the grant and now: load, and skip
 		// the write-back, which would fail too.
 		lk.lease, lk.readFailed = lease, err
 		return lk, nil
-	case f2 == cache.Fresh:
+	case o.accepts(&e2, f2):
 		p.release(ctx, key, lease)
 		return look[V]{e: e2, f: f2}, nil
 	case f2 == cache.Stale:
@@ -143,7 +148,7 @@ func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read 
 	for i, k := range keys {
 		// Each goroutine writes its own key's look.
 		g.Go(func() error {
-			lk, err := p.lookThenLock(ctx, k, read)
+			lk, err := p.lookThenLock(ctx, k, nil, read)
 			lk.err = err
 			if lk.lease != nil {
 				lk.g = hold(ctx, lk.lease)

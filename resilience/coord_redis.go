@@ -31,15 +31,15 @@ func (c *redisCoord[V]) read(ctx context.Context, key string) (cache.Entry[V], c
 
 // lookOrLock runs the look script, with a client span; when the value
 // most likely landed, a plain read, the cheapest command, comes first,
-// and the script runs only if it finds no fresh value.
-func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool) (look[V], error) {
+// and the script runs only if it finds no value o accepts.
+func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool, o *outcome[V]) (look[V], error) {
 	p := c.p
 	if likely {
 		e, f, err := p.l2Get(ctx, key)
 		switch {
 		case err != nil:
 			return look[V]{}, err
-		case f == cache.Fresh:
+		case o.accepts(&e, f):
 			return look[V]{e: e, f: f}, nil
 		}
 	}
@@ -59,10 +59,14 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool)
 	if raw != nil {
 		lk.e, lk.f = p.l2.Decode(key, raw)
 	}
-	if err == nil && lease == nil && lk.f != cache.Fresh {
+	if err == nil && lease == nil && !o.accepts(&lk.e, lk.f) {
 		// Fresh by its expiry field, yet unusable (bytes that do not
-		// decode): a miss, so take the lock without looking at it.
+		// decode: a miss), or for a refresh no newer than the copy that
+		// called for it: take the lock without looking at it.
 		lk.lease, err = p.tryAcquire(ctx, key)
+		if err == nil && o != nil && o.refresh {
+			return c.recheck(ctx, key, lk, o)
+		}
 	}
 	if sp != nil {
 		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))
@@ -74,6 +78,25 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool)
 		p.failOpen(ctx, sp, "l2_get", err)
 	}
 	return lk, err
+}
+
+// recheck reads key again after a grant that followed a look whose value
+// did not answer a refresh: another holder may have written a newer one
+// in between, and then the lease goes back.
+func (c *redisCoord[V]) recheck(ctx context.Context, key string, lk look[V], o *outcome[V]) (look[V], error) {
+	e, f, err := c.p.l2Get(ctx, key)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The caller left: the look ends with it, and grants nothing.
+		c.p.release(ctx, key, lk.lease)
+		return look[V]{e: lk.e, f: lk.f}, err
+	case err != nil:
+		lk.readFailed = err
+	case o.accepts(&e, f):
+		c.p.release(ctx, key, lk.lease)
+		return look[V]{e: e, f: f}, nil
+	}
+	return lk, nil
 }
 
 // lookOrLockMany runs one look script per key, in one round trip, with

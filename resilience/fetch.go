@@ -87,24 +87,10 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 			return pd, true, err
 		}
 	}
-	if p.locker != nil && !p.swr && !o.refresh {
-		// One look reads the value and, if it is not fresh, tries the
-		// lock. hint: L1 says L2 has it fresh, so a plain read may
-		// answer.
-		pd.locked, pd.start = true, time.Now()
-		pd.lk, pd.err = p.co.lookOrLock(ctx, key, hint)
-		switch {
-		case pd.err == nil && pd.lk.lease == nil: // a fresh value: no lock needed
-			p.fillL1(key, pd.lk.e, o)
-			o.res, err = fromEntry(&pd.lk.e, SourceL2)
-			return pd, true, err
-		case pd.err != nil && !errors.Is(pd.err, lock.ErrNotAcquired) && ctx.Err() != nil:
-			return pending[V]{relook: true}, false, nil
-		}
-		if pd.lk.f == cache.Stale {
-			o.stale, o.hasStale = pd.lk.e, true
-		}
-		return pd, false, nil
+	if p.locker != nil && !p.swr {
+		// hint: L1 says L2 has it fresh, so a plain read may answer.
+		finished, err = p.lookLocked(ctx, key, o, &pd, hint)
+		return pd, finished, err
 	}
 	if p.l2 != nil {
 		e, f, err := p.l2Get(ctx, key)
@@ -128,6 +114,28 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		}
 	}
 	return pd, false, nil
+}
+
+// lookLocked is the look through the lock: one step reads the value and,
+// if it does not answer o, tries the lock. finished says it answered,
+// into o, with err; otherwise pd holds the look (or relook: the caller's
+// context ended during it).
+func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V], pd *pending[V], likely bool) (finished bool, err error) {
+	pd.locked, pd.start = true, time.Now()
+	pd.lk, pd.err = p.co.lookOrLock(ctx, key, likely, o)
+	switch {
+	case pd.err == nil && pd.lk.lease == nil: // a value: no lock needed
+		p.fillL1(key, pd.lk.e, o)
+		o.res, err = fromEntry(&pd.lk.e, SourceL2)
+		return true, err
+	case pd.err != nil && !errors.Is(pd.err, lock.ErrNotAcquired) && ctx.Err() != nil:
+		*pd = pending[V]{relook: true}
+		return false, nil
+	}
+	if pd.lk.f == cache.Stale {
+		o.stale, o.hasStale = pd.lk.e, true
+	}
+	return false, nil
 }
 
 // l2Fresh reports whether e, an entry L1 holds past its L1 expiry, says
@@ -156,11 +164,19 @@ func (p *Pipeline[V]) fetchLoad(ctx context.Context, key string, load LoadFunc[V
 			return ctx.Err()
 		}
 	}
+	if !pd.locked && p.locker != nil && !o.res.FailedOpen {
+		// After a plain read that found no value to serve (with
+		// StaleWhileRevalidate): the look through the lock.
+		finished, err := p.lookLocked(ctx, key, o, pd, false)
+		switch {
+		case finished:
+			return err
+		case pd.relook:
+			return ctx.Err()
+		}
+	}
 	if pd.locked {
 		return p.lockedRest(ctx, key, load, o, pd)
-	}
-	if p.locker != nil && !o.res.FailedOpen {
-		return p.lockedLoad(ctx, key, load, o, pd.mark)
 	}
 	return p.loadAndStore(ctx, key, load, nil, o)
 }

@@ -4,19 +4,22 @@
 //	l1.go        the in-process cache (L1): lookup, fill
 //	refresh.go   early refresh of a hot key, background refresh, Refresh
 //	flight.go    the local single-flight: join a key's load, or lead it
-//	fetch.go     the leader's look (L1 again, then Redis), then the rest
-//	l2.go        the Redis cache (L2): reads, the look with the lock, the write-back
-//	lock.go      the distributed lock: hold and load, or wait for the holder
+//	fetch.go     the leader's look (L1 again, then L2 through the seam), then the rest
+//	l2.go        L2 reads, the write-back (the commit under a grant)
+//	lock.go      the lock: hold and load, or wait for the holder
 //	loader.go    the loader call: breaker, timeout, SetTTL (retry.go: retry)
 //	fallback.go  the fallback chain: stale copy, default, error
 //	result.go    what a call returns
 //	errors.go    every error type and how errors are classified
 //
-// Around them: redisguard.go (the Redis breaker, wiring), backend.go and
-// backendwire.go (a Backend in place of Redis, its wiring), redisbatch.go
-// (Redis commands sent in batches), builder.go and build.go (Builder, Build),
-// many.go (GetMany), do.go (Do), write.go (Set, Invalidate), peek.go,
-// stats.go, health.go, logs.go.
+// The stages ask the coordination seam (coord.go) for the look that also
+// tries the lock, the commit, releases, extensions and announcements; its
+// adapters are coord_redis.go (Redis), coord_backend.go (any Backend) and
+// coord_memory.go (the embedded default). Around them: redisguard.go (the
+// Redis breaker, wiring), backend.go and backendwire.go (a Backend in place
+// of Redis, its wiring), redisbatch.go (Redis commands sent in batches),
+// builder.go and build.go (Builder, Build), many.go (GetMany), do.go (Do),
+// write.go (Set, Invalidate), peek.go, stats.go, health.go, logs.go.
 
 package resilience
 
@@ -319,12 +322,12 @@ type outcome[V any] struct {
 }
 
 // accepts reports whether e, found with freshness f, answers the load o
-// is for. A refresh takes only an entry written clearly after the one
+// is for (any fresh entry, for a nil o). A refresh takes only an entry written clearly after the one
 // that called for it: L1 keeps write times on its monotonic clock and
 // gives them back on the wall clock, a few microseconds off either way,
 // so the same write read back from L2 must not pass for a newer one.
 func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
-	return f == cache.Fresh && (!o.refresh || e.Written.Sub(o.after) > writtenSlack)
+	return f == cache.Fresh && (o == nil || !o.refresh || e.Written.Sub(o.after) > writtenSlack)
 }
 
 // writtenSlack is how much later than a refresh's entry another entry must

@@ -39,35 +39,9 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		if lk.readFailed != nil {
 			o.failOpen(lk.readFailed)
 		}
-		return p.holdAndLoad(ctx, key, load, lk.lease, o, false, pd.g)
+		return p.holdAndLoad(ctx, key, load, lk.lease, o, pd.g)
 	}
 	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // lock.ErrNotAcquired
-}
-
-// lockedLoad is the distributed-lock stage after a plain read (for a
-// refresh, or with StaleWhileRevalidate): the winner loads, the others
-// wait for its value; when the lock backend fails, the load runs unlocked.
-//
-// mark is the notifier's, taken before the read that missed: a wait
-// subscribes with it, so no announcement after that read is lost.
-func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], mark uint64) error {
-	start := time.Now()
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanLock)
-		defer sp.End()
-	}
-	lease, err := p.tryAcquire(ctx, key)
-	switch {
-	case err == nil:
-		p.lockOutcome(ctx, sp, "acquired", start, lease)
-		return p.holdAndLoad(ctx, key, load, lease, o, true, nil)
-	case errors.Is(err, lock.ErrNotAcquired):
-		return p.await(ctx, sp, key, load, o, start, mark)
-	case ctx.Err() != nil:
-		return err
-	}
-	return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
 }
 
 // subscribe subscribes to key's announcements for a wait, given the
@@ -80,14 +54,8 @@ func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{},
 	return p.co.subscribe(key, mark)
 }
 
-// loadFailedOpen loads without the lock because Redis failed (err).
-func (p *Pipeline[V]) loadFailedOpen(ctx context.Context, sp trace.Span, op string, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
-	p.failOpen(ctx, sp, op, err)
-	return p.loadUnlocked(ctx, sp, err, key, load, o, start)
-}
-
-// loadUnlocked is loadFailedOpen for a failure already recorded (by
-// lookRedis, on its span).
+// loadUnlocked loads without the lock because the service failed (err,
+// already recorded by the look).
 func (p *Pipeline[V]) loadUnlocked(ctx context.Context, sp trace.Span, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
 	o.failOpen(err)
 	p.lockOutcome(ctx, sp, "failed_open", start, nil)
@@ -116,16 +84,13 @@ func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, 
 	})
 }
 
-// holdAndLoad is the winner's part: re-check, load, write (only while the
-// lease holds), release and announce.
-//
-// recheck reads the value again first: another holder may have written it
-// between the miss and the grant. A grant by a look needs none: the same
-// script found no fresh value.
+// holdAndLoad is the winner's part: load, write (only while the lease
+// holds), release and announce. The look that granted the lease found no
+// fresh value after the grant.
 //
 // g is the grant when its watchdog already beats (see hold); nil makes
 // one of lease.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], recheck bool, g *grant) error {
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], g *grant) error {
 	if g == nil {
 		g = hold(ctx, lease)
 	}
@@ -134,19 +99,6 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 			p.release(ctx, key, lease)
 		}
 	}()
-	if recheck {
-		e, f, err := p.co.read(ctx, key)
-		switch {
-		case err != nil:
-			// Redis failed between the grant and now: load, and skip the
-			// write-back, which would fail too.
-			o.failOpen(err)
-		case o.accepts(&e, f):
-			p.fillL1(key, e, o)
-			o.res, err = fromEntry(&e, SourceL2)
-			return err
-		}
-	}
 	return p.loadAndStore(ctx, key, load, g, o)
 }
 
@@ -186,20 +138,20 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 	default:
 	}
 	for {
-		if look && !o.refresh {
+		if look {
 			// An announcement says the value most likely landed: with
 			// Redis, a plain read, the cheapest command, answers; only
 			// when it finds no fresh value does the look try the lock. A
 			// burst wakes every waiter of a process at once, so their
 			// reads go out together, and Redis runs no script for them.
-			lk, err := p.co.lookOrLock(ctx, key, announced)
+			lk, err := p.co.lookOrLock(ctx, key, announced, o)
 			switch {
 			case err == nil && lk.lease != nil:
 				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
 				if lk.readFailed != nil {
 					o.failOpen(lk.readFailed)
 				}
-				return p.holdAndLoad(ctx, key, load, lk.lease, o, false, nil)
+				return p.holdAndLoad(ctx, key, load, lk.lease, o, nil)
 			case err == nil:
 				p.fillL1(key, lk.e, o)
 				p.lockOutcome(ctx, sp, "waited", start, nil)
@@ -213,31 +165,6 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 				return p.loadAndStore(ctx, key, load, nil, o)
 			default:
 				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
-			}
-		} else if look {
-			// A refresh takes only a value newer than the one that called
-			// for it: a read, then the lock.
-			e, f, err := p.co.read(ctx, key)
-			switch {
-			case err != nil:
-				return p.loadFailedOpen(ctx, sp, "l2_get", err, key, load, o, start)
-			case o.accepts(&e, f):
-				p.fillL1(key, e, o)
-				p.lockOutcome(ctx, sp, "waited", start, nil)
-				o.res, err = fromEntry(&e, SourceWaited)
-				return err
-			}
-			// No value: the holder is loading, failed, or is dead.
-			lease, err := p.tryAcquire(ctx, key)
-			switch {
-			case err == nil:
-				p.lockOutcome(ctx, sp, "acquired", start, lease)
-				return p.holdAndLoad(ctx, key, load, lease, o, true, nil)
-			case errors.Is(err, lock.ErrNotAcquired):
-			case ctx.Err() != nil:
-				return err
-			default:
-				return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
 			}
 		}
 		left := p.lockCfg.MaxWait - time.Since(start)
