@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
@@ -250,24 +249,4 @@ func markOf(n lock.Notifier) uint64 {
 		return mn.Mark()
 	}
 	return 0
-}
-
-// grant is a lease this process holds while it loads.
-type grant struct {
-	lease *lock.Lease
-	// lost is set by the watchdog when an extension finds the lease gone
-	// (taken over, or lost with Redis's keys): the value is then not
-	// written back.
-	lost atomic.Bool
-	// released is set once the write-back released the lock too; read
-	// and written by the holder's goroutine only.
-	released bool
-}
-
-// hold starts lease's watchdog, which beats until the lease is released
-// or ctx ends, and returns the grant it marks lost.
-func hold(ctx context.Context, lease *lock.Lease) *grant {
-	g := &grant{lease: lease}
-	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
-	return g
 }

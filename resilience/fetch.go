@@ -3,11 +3,13 @@ package resilience
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // pending is what a look found that calls for a load, or a wait: the rest
@@ -180,3 +182,83 @@ func (p *Pipeline[V]) fetchLoad(ctx context.Context, key string, load LoadFunc[V
 	}
 	return p.loadAndStore(ctx, key, load, nil, o)
 }
+
+// fetchMany is the shared part of a batch's misses: L1 again, then Redis
+// (the value, else the lock), then one loader call. Each key gets its
+// outcome; a panic of the pipeline's own reaches every key as a
+// [*PanicError].
+func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadManyFunc[V]) (outs map[string]*keyOut[V]) {
+	outs = make(map[string]*keyOut[V], len(keys))
+	for _, k := range keys {
+		// Writes (Set, Invalidate) from now on keep this load's value
+		// out of L1.
+		outs[k] = &keyOut[V]{o: &outcome[V]{gen: p.writes.gens.stamp()}}
+	}
+	// Not recoverPanic: the panic is the error of every key not yet
+	// answered, not one return value.
+	defer func() {
+		if v := recover(); v != nil {
+			pe := panicked("pipeline", v)
+			for _, out := range outs {
+				if !out.set {
+					out.err, out.set = pe, true
+				}
+			}
+		}
+	}()
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		for _, out := range outs {
+			out.o.leadSpan = sc
+		}
+	}
+	todo := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if p.l1 != nil {
+			// A load that ended just before this batch led may have
+			// filled L1.
+			if e, f := p.l1.Lookup(k); f == cache.Fresh {
+				out := outs[k]
+				out.o.res, out.err = fromEntry(e, SourceL1)
+				out.set = true
+				continue
+			}
+		}
+		todo = append(todo, k)
+	}
+	if len(todo) == 0 {
+		return outs
+	}
+	// Chunk by chunk: a chunk's leases are held from its look to its
+	// write-back only, which a watchdog's beat covers however many keys
+	// the call has (100,000 keys in one look outlasted the beat of the
+	// first leases it took, and other processes took them over).
+	for chunk := range slices.Chunk(todo, GetManyChunk) {
+		switch {
+		case p.l2 != nil && p.locker != nil:
+			p.lockedMany(ctx, chunk, load, outs)
+		case p.l2 != nil:
+			p.l2Many(ctx, chunk, load, outs)
+		default:
+			items := make([]*loadItem, len(chunk))
+			for i, k := range chunk {
+				items[i] = &loadItem{key: k}
+			}
+			p.loadBatch(ctx, items, load, outs)
+		}
+		if err := ctx.Err(); err != nil {
+			// The chunks not reached fail with the caller's end.
+			for _, out := range outs {
+				if !out.set {
+					out.err, out.set = err, true
+				}
+			}
+			break
+		}
+	}
+	return outs
+}
+
+// GetManyChunk is how many missed keys [Pipeline.GetMany] takes through
+// Redis (or a backend) and its loader at a time: a call of more keys runs
+// chunk after chunk, with one loader call each.
+const GetManyChunk = 4096

@@ -6,7 +6,8 @@
 //	flight.go    the local single-flight: join a key's load, or lead it
 //	fetch.go     the leader's look (L1 again, then L2 through the seam), then the rest
 //	l2.go        L2 reads, the write-back (the commit under a grant)
-//	lock.go      the lock: hold and load, or wait for the holder
+//	lock.go      the lock stage: the winner holds and loads; the watchdogs
+//	wait.go      the wait for another holder's value
 //	loader.go    the loader call: breaker, timeout, SetTTL (retry.go: retry)
 //	fallback.go  the fallback chain: stale copy, default, error
 //	result.go    what a call returns
@@ -15,11 +16,15 @@
 // The stages ask the coordination seam (coord.go) for the look that also
 // tries the lock, the commit, releases, extensions and announcements; its
 // adapters are coord_redis.go (Redis), coord_backend.go (any Backend) and
-// coord_memory.go (the embedded default). Around them: redisguard.go (the
-// Redis breaker, wiring), backend.go and backendwire.go (a Backend in place
-// of Redis, its wiring), redisbatch.go (Redis commands sent in batches),
-// builder.go and build.go (Builder, Build), many.go (GetMany), do.go (Do),
-// write.go (Set, Invalidate), peek.go, stats.go, health.go, logs.go.
+// coord_memory.go (the embedded default). GetMany (many.go: its entry, the
+// settling of each key, the batch's load) takes the same files: each
+// stage's batch form sits beside its single-key form.
+//
+// Around them: redisguard.go (the Redis breaker, wiring), backend.go and
+// backendwire.go (a Backend in place of Redis, its wiring), redisbatch.go
+// (Redis commands sent in batches), builder.go and build.go (Builder,
+// Build), do.go (Do), write.go (Set, Invalidate), peek.go, stats.go,
+// health.go, logs.go.
 
 package resilience
 

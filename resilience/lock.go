@@ -3,11 +3,13 @@ package resilience
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -42,16 +44,6 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		return p.holdAndLoad(ctx, key, load, lk.lease, o, pd.g)
 	}
 	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // lock.ErrNotAcquired
-}
-
-// subscribe subscribes to key's announcements for a wait, given the
-// notifier's mark taken before the look that found the lock held: an
-// announcement delivered since then signals the channel at once. Looks
-// that find the value therefore never subscribe, and a wait loses no
-// wake-up. lookNow says the notifier keeps no marks: look once before
-// waiting.
-func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{}, unsubscribe func(), lookNow bool) {
-	return p.co.subscribe(key, mark)
 }
 
 // loadUnlocked loads without the lock because the service failed (err,
@@ -102,114 +94,177 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 	return p.loadAndStore(ctx, key, load, g, o)
 }
 
-// await is a waiter's part: woken by the holder's announcement, with a
-// jittered backoff poll as the safety net. Each look reads the value and,
-// if it is not there, tries the lock, which takes it over when the holder
-// stopped beating: the first waiter to look then loads under a new grant,
-// and the others keep waiting for its value. A live holder is waited for
-// up to MaxWait; then the waiter loads unlocked. After an announcement,
-// which says the value most likely landed, the look starts with a plain
-// read, and tries the lock only if that finds no fresh value.
-//
-// The lock was found held after the look (or read) that missed, and mark
-// was taken before it: the subscription hears of every announcement since,
-// so until an announcement or a poll tick there is nothing new to look at,
-// and the first look costs no Redis command.
-//
-// An announcement whose look finds no fresh value and the lock still held
-// told nothing (forged, or a write that landed no value): announcements
-// then do not wake the waiter again before the next poll tick, whose look
-// covers them. A flood of such announcements thus costs at most one look
-// per poll interval, not one per message; a true one after a false one
-// waits for the tick at worst.
-func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, mark uint64) error {
-	woken, unsubscribe, lookNow := p.subscribe(key, mark)
-	defer unsubscribe()
-	var wsp trace.Span
-	if p.tel.Tracing() {
-		ctx, wsp = p.tel.Start(ctx, telemetry.SpanLockWait)
-		defer wsp.End()
-	}
-	bo := p.pollBackOff()
-	look, announced := lookNow, false
-	select {
-	case <-woken: // announced since the read that missed
-		look, announced = true, true
-	default:
-	}
-	for {
-		if look {
-			// An announcement says the value most likely landed: with
-			// Redis, a plain read, the cheapest command, answers; only
-			// when it finds no fresh value does the look try the lock. A
-			// burst wakes every waiter of a process at once, so their
-			// reads go out together, and Redis runs no script for them.
-			lk, err := p.co.lookOrLock(ctx, key, announced, o)
-			switch {
-			case err == nil && lk.lease != nil:
-				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
-				if lk.readFailed != nil {
-					o.failOpen(lk.readFailed)
-				}
-				return p.holdAndLoad(ctx, key, load, lk.lease, o, nil)
-			case err == nil:
-				p.fillL1(key, lk.e, o)
-				p.lockOutcome(ctx, sp, "waited", start, nil)
-				o.res, err = fromEntry(&lk.e, SourceWaited)
-				return err
-			case errors.Is(err, lock.ErrNotAcquired):
-			case ctx.Err() != nil:
-				return err
-			case classify(ctx, err) == errData:
-				p.lockOutcome(ctx, sp, "timeout", start, nil)
-				return p.loadAndStore(ctx, key, load, nil, o)
-			default:
-				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
-			}
-		}
-		left := p.lockCfg.MaxWait - time.Since(start)
-		if left <= 0 {
-			p.lockOutcome(ctx, sp, "timeout", start, nil)
-			if wsp != nil {
-				wsp.AddEvent("MaxWait spent while the holder lives; loading unlocked")
-			}
-			return p.loadAndStore(ctx, key, load, nil, o)
-		}
-		// Still waiting after an announcement: it told nothing, so the
-		// next wake-up is the poll's (see above).
-		wake := woken
-		if announced {
-			wake = nil
-		}
-		t := time.NewTimer(min(bo.NextBackOff(), left))
-		announced = false
-		select {
-		case <-wake:
-			announced = true
-		case <-t.C:
-			// The poll's look covers what was announced before it.
-			select {
-			case <-woken:
-			default:
-			}
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-		t.Stop()
-		look = true
-	}
+// loadItem is one key of a loader call, with the lease it holds (nil:
+// unlocked) and the Redis failure it goes on without (nil: none).
+type loadItem struct {
+	key      string
+	lease    *lock.Lease
+	failOpen error
+	// lost is set when the lease was found lost by a watchdog (nil
+	// without a lease); beating says the lease's own watchdog beats, so
+	// the batch's need not.
+	lost    *atomic.Bool
+	beating bool
 }
 
-// pollBackOff paces the looks of a caller waiting for a key (or keys)
-// another holds locked: from Poll, growing 1.5 times, jittered, up to a
-// second. MaxWait bounds the wait, not the backoff.
-func (p *Pipeline[V]) pollBackOff() *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.lockCfg.Poll),
-		backoff.WithMultiplier(1.5),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
+// heldItem is the load of k under the lease lk won.
+func heldItem[V any](k string, lk *look[V]) *loadItem {
+	it := &loadItem{key: k, lease: lk.lease, failOpen: lk.readFailed}
+	if lk.g != nil {
+		it.lost, it.beating = &lk.g.lost, true
+	} else {
+		it.lost = new(atomic.Bool)
+	}
+	return it
+}
+
+// lockedMany is the batch's part with the lock: one look for every key
+// (the value, else the lock), then this process's loads and its wait for
+// the keys other processes hold, side by side.
+func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
+	// Subscribe before the look: a value that lands after it is
+	// announced to these subscriptions.
+	subs := make(map[string]<-chan struct{}, len(keys))
+	for _, k := range keys {
+		ch, unsubscribe := p.notifier.Subscribe(k)
+		defer unsubscribe()
+		subs[k] = ch
+	}
+	start := time.Now()
+	looks, err := p.co.lookOrLockMany(ctx, keys)
+	if err != nil {
+		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
+		return
+	}
+	var items []*loadItem
+	var waits []string
+	for i, k := range keys {
+		out := outs[k]
+		lk := &looks[i]
+		e, f := lk.e, lk.f
+		if f == cache.Stale {
+			out.o.stale, out.o.hasStale = e, true
+		}
+		switch {
+		case lk.err == nil && lk.lease == nil && f == cache.Fresh:
+			p.fillL1(k, e, out.o)
+			out.o.res, out.err = fromEntry(&e, SourceL2)
+			out.set = true
+		case lk.err == nil && lk.lease == nil:
+			// Fresh by its expiry field, yet unusable: a miss, loaded
+			// without the lock (counted by Decode).
+			items = append(items, &loadItem{key: k})
+		case lk.err == nil:
+			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
+			items = append(items, heldItem(k, lk))
+		case errors.Is(lk.err, lock.ErrNotAcquired):
+			if p.swr && f == cache.Stale && !e.NotFound {
+				// Another process refreshes it: serve the stale copy now.
+				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
+				out.set = true
+				continue
+			}
+			waits = append(waits, k)
+		default:
+			if it := p.lookFailed(ctx, k, lk.err, out, start); it != nil {
+				items = append(items, it)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	if len(waits) > 0 {
+		// One goroutine waits for every key that others hold while this
+		// one loads its own. Each writes only its keys' outcomes.
+		wg.Go(func() { p.awaitMany(ctx, waits, subs, load, outs, start) })
+	}
+	p.loadBatch(ctx, items, load, outs)
+	wg.Wait()
+}
+
+// lookFailed settles key k, whose look in a batch failed with err (the
+// failure recorded by the look), or returns its load: a per-key data
+// problem is a miss, loaded without the lock; the service failing for this
+// key alone, a load without it, failing open; the caller's end, an error.
+func (p *Pipeline[V]) lookFailed(ctx context.Context, k string, err error, out *keyOut[V], start time.Time) *loadItem {
+	switch classify(ctx, err) {
+	case errData:
+		p.corrupt(ctx, nil, err)
+		return &loadItem{key: k}
+	case errInfra, errRefused:
+		p.lockOutcome(ctx, nil, "failed_open", start, nil)
+		return &loadItem{key: k, failOpen: err}
+	}
+	out.err, out.set = err, true
+	return nil
+}
+
+// grant is a lease this process holds while it loads.
+type grant struct {
+	lease *lock.Lease
+	// lost is set by the watchdog when an extension finds the lease gone
+	// (taken over, or lost with Redis's keys): the value is then not
+	// written back.
+	lost atomic.Bool
+	// released is set once the write-back released the lock too; read
+	// and written by the holder's goroutine only.
+	released bool
+}
+
+// hold starts lease's watchdog, which beats until the lease is released
+// or ctx ends, and returns the grant it marks lost.
+func hold(ctx context.Context, lease *lock.Lease) *grant {
+	g := &grant{lease: lease}
+	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
+	return g
+}
+
+// keepAliveMany beats for the items' leases while their loader call runs:
+// one watchdog for the batch, extending every lease in one round trip per
+// beat. It marks an item whose lease was found lost. The returned stop
+// ends it and waits for it.
+func (p *Pipeline[V]) keepAliveMany(ctx context.Context, items []*loadItem) (stop func()) {
+	var held []*loadItem
+	var leases []*lock.Lease
+	every := time.Duration(0)
+	for _, it := range items {
+		// A lease that beats on its own (from its grant, see
+		// lookThenLockMany) beats until released or forgotten.
+		if it.lease != nil && !it.beating {
+			held = append(held, it)
+			leases = append(leases, it.lease)
+			if every == 0 || it.lease.Every() < every {
+				every = it.lease.Every()
+			}
+		}
+	}
+	if len(held) == 0 {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ectx, cancel := context.WithTimeout(ctx, every)
+			lost, _ := p.co.extendMany(ectx, leases)
+			cancel()
+			for i, l := range lost {
+				if l {
+					held[i].lost.Store(true)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
 }
