@@ -286,13 +286,14 @@ func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], st
 			return Result[V]{}, err
 		}
 	}
-	return p.settleMiss(ctx, key, o, err, stale, hasStale)
+	return p.settleMiss(ctx, key, o, err, stale, hasStale, true)
 }
 
 // settleMiss is a miss's result once its shared load has ended with o and
-// err: the load's result, or the fallback chain's. stale is what L1 held
-// for key, if anything (hasStale).
-func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V], err error, stale cache.Entry[V], hasStale bool) (Result[V], error) {
+// err: the load's result, or the fallback chain's (with a span of its own
+// when spanned). stale is what L1 held for key, if anything (hasStale).
+// GetMany settles each of its keys with it too.
+func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V], err error, stale cache.Entry[V], hasStale, spanned bool) (Result[V], error) {
 	if err == nil || o.res.NotFound {
 		return o.res, err
 	}
@@ -305,7 +306,7 @@ func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V],
 	if stale.NotFound {
 		hasStale = false
 	}
-	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen)
+	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen, spanned)
 	r.FailOpenCause = o.res.FailOpenCause
 	return r, err
 }

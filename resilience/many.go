@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -255,44 +254,15 @@ func (p *Pipeline[V]) settle(ctx context.Context, b *manyCall[V], a answer[V], s
 			err = errFlightExited
 		}
 	}
-	r := o.res // a copy: a joined outcome is shared
-	if a.joined && (r.Source == SourceLoader || r.Source == SourceWaited || r.Source == SourceL2) {
-		r.Source = SourceCoalesced
+	if a.joined {
+		o = asJoiner(o) // a copy: a joined outcome is shared
 	}
-	if err == nil || r.NotFound {
-		b.res[a.key] = r
-		return
-	}
-	if ctx.Err() != nil {
-		b.res[a.key] = Result[V]{FailedOpen: r.FailedOpen, FailOpenCause: r.FailOpenCause}
+	// A batch has no span per key: its fallbacks have none either.
+	r, err := p.settleMiss(ctx, a.key, o, err, stale, hasStale, false)
+	b.res[a.key] = r
+	if err != nil && !r.NotFound {
 		b.errs[a.key] = err
-		return
 	}
-	if !hasStale && o.hasStale {
-		stale, hasStale = o.stale, true
-	}
-	if stale.NotFound {
-		hasStale = false
-	}
-	fr, ferr := p.resolve(ctx, a.key, err, stale.Value, hasStale, r.FailedOpen)
-	fr.FailOpenCause = r.FailOpenCause
-	b.res[a.key] = fr
-	if ferr != nil {
-		b.errs[a.key] = ferr
-	}
-}
-
-// resolve is fallBack without a span of its own: a batch has no span per
-// key.
-func (p *Pipeline[V]) resolve(ctx context.Context, key string, cause error, stale V, hasStale, failedOpen bool) (Result[V], error) {
-	v, src, err := p.fb.Resolve(ctx, key, cause, stale, hasStale)
-	switch src {
-	case fallback.Stale:
-		return Result[V]{Value: v, Source: SourceStale, FailedOpen: failedOpen, Cause: cause}, nil
-	case fallback.Default:
-		return Result[V]{Value: v, Source: SourceDefault, FailedOpen: failedOpen, Cause: cause}, nil
-	}
-	return Result[V]{FailedOpen: failedOpen}, err
 }
 
 // finishMany records the batch's outcome: metrics per key, as Get's, and
