@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
@@ -25,7 +26,7 @@ type coord[V any] interface {
 	// at. A per-key data problem is a miss; an error (recorded) means the
 	// call goes on without the service.
 	read(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error)
-	// lookOrLock reads key's stored value and, unless o accepts it (fresh,
+	// lookOrLock reads key's stored value and, unless w takes it (fresh,
 	// and for a refresh newer than the copy that called for it), tries
 	// key's lock, in one step. A look that found such a value has no
 	// lease; one that won the lock has it, with the stale copy, if any. It
@@ -34,7 +35,7 @@ type coord[V any] interface {
 	// metrics) itself. likely says that the value most likely landed (an
 	// announcement, or L1's word): an adapter whose plain read is cheaper
 	// than its look reads first.
-	lookOrLock(ctx context.Context, key string, likely bool, o *outcome[V]) (look[V], error)
+	lookOrLock(ctx context.Context, key string, likely bool, w want) (look[V], error)
 	// lookOrLockMany is lookOrLock for distinct keys, in as few round
 	// trips as the adapter can: the i-th look is keys[i]'s, with its own
 	// error. Its error is the look's failure as a whole, which grants
@@ -73,6 +74,21 @@ type coord[V any] interface {
 	failReason() string
 }
 
+// want is what a look takes for an answer: a fresh entry, and for a
+// refresh (see outcome.accepts) one written clearly after after. It goes
+// to the seam by value: an outcome handed to an interface's method would
+// move every miss's outcome to the heap.
+type want struct {
+	refresh bool
+	after   time.Time
+}
+
+// takes reports whether an entry written at written, found with
+// freshness f, answers the look.
+func (w want) takes(written *time.Time, f cache.Freshness) bool {
+	return f == cache.Fresh && (!w.refresh || written.Sub(w.after) > writtenSlack)
+}
+
 // look is one look at a key through the lock: the value, and the lease
 // when the lock was granted.
 type look[V any] struct {
@@ -93,12 +109,12 @@ type look[V any] struct {
 // steps: the read (read), then, unless the value is fresh, the lock, then
 // (won) a second read, since another process may have written the value
 // in between; a value found then gives the lease back.
-func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, o *outcome[V], read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) (look[V], error) {
+func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, w want, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) (look[V], error) {
 	e, f, err := read(ctx, key)
 	if err != nil {
 		return look[V]{}, err // recorded by read
 	}
-	if o.accepts(&e, f) {
+	if w.takes(&e.Written, f) {
 		return look[V]{e: e, f: f}, nil
 	}
 	lk := look[V]{e: e, f: f}
@@ -123,7 +139,7 @@ func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, o *outcome[V
 		// the write-back, which would fail too.
 		lk.lease, lk.readFailed = lease, err
 		return lk, nil
-	case o.accepts(&e2, f2):
+	case w.takes(&e2.Written, f2):
 		p.release(ctx, key, lease)
 		return look[V]{e: e2, f: f2}, nil
 	case f2 == cache.Stale:
@@ -147,7 +163,7 @@ func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read 
 	for i, k := range keys {
 		// Each goroutine writes its own key's look.
 		g.Go(func() error {
-			lk, err := p.lookThenLock(ctx, k, nil, read)
+			lk, err := p.lookThenLock(ctx, k, want{}, read)
 			lk.err = err
 			if lk.lease != nil {
 				lk.g = hold(ctx, lk.lease)

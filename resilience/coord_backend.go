@@ -37,8 +37,8 @@ func (c *backendCoord[V]) read(ctx context.Context, key string) (cache.Entry[V],
 	return c.p.l2Get(ctx, key)
 }
 
-func (c *backendCoord[V]) lookOrLock(ctx context.Context, key string, _ bool, o *outcome[V]) (look[V], error) {
-	return c.p.lookThenLock(ctx, key, o, c.read)
+func (c *backendCoord[V]) lookOrLock(ctx context.Context, key string, _ bool, w want) (look[V], error) {
+	return c.p.lookThenLock(ctx, key, w, c.read)
 }
 
 func (c *backendCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]look[V], error) {

@@ -32,8 +32,8 @@ func (c *memoryCoord[V]) read(_ context.Context, key string) (cache.Entry[V], ca
 	return *e, f, nil
 }
 
-func (c *memoryCoord[V]) lookOrLock(ctx context.Context, key string, _ bool, o *outcome[V]) (look[V], error) {
-	return c.p.lookThenLock(ctx, key, o, c.read)
+func (c *memoryCoord[V]) lookOrLock(ctx context.Context, key string, _ bool, w want) (look[V], error) {
+	return c.p.lookThenLock(ctx, key, w, c.read)
 }
 
 func (c *memoryCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]look[V], error) {

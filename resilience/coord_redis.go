@@ -31,15 +31,15 @@ func (c *redisCoord[V]) read(ctx context.Context, key string) (cache.Entry[V], c
 
 // lookOrLock runs the look script, with a client span; when the value
 // most likely landed, a plain read, the cheapest command, comes first,
-// and the script runs only if it finds no value o accepts.
-func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool, o *outcome[V]) (look[V], error) {
+// and the script runs only if it finds no value w takes.
+func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool, w want) (look[V], error) {
 	p := c.p
 	if likely {
 		e, f, err := p.l2Get(ctx, key)
 		switch {
 		case err != nil:
 			return look[V]{}, err
-		case o.accepts(&e, f):
+		case w.takes(&e.Written, f):
 			return look[V]{e: e, f: f}, nil
 		}
 	}
@@ -59,13 +59,13 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool,
 	if raw != nil {
 		lk.e, lk.f = p.l2.Decode(key, raw)
 	}
-	if err == nil && lease == nil && !o.accepts(&lk.e, lk.f) {
+	if err == nil && lease == nil && !w.takes(&lk.e.Written, lk.f) {
 		// Fresh by its expiry field, yet unusable (bytes that do not
 		// decode: a miss), or for a refresh no newer than the copy that
 		// called for it: take the lock without looking at it.
 		lk.lease, err = p.tryAcquire(ctx, key)
-		if err == nil && o != nil && o.refresh {
-			return c.recheck(ctx, key, lk, o)
+		if err == nil && w.refresh {
+			return c.recheck(ctx, key, lk, w)
 		}
 	}
 	if sp != nil {
@@ -83,7 +83,7 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool,
 // recheck reads key again after a grant that followed a look whose value
 // did not answer a refresh: another holder may have written a newer one
 // in between, and then the lease goes back.
-func (c *redisCoord[V]) recheck(ctx context.Context, key string, lk look[V], o *outcome[V]) (look[V], error) {
+func (c *redisCoord[V]) recheck(ctx context.Context, key string, lk look[V], w want) (look[V], error) {
 	e, f, err := c.p.l2Get(ctx, key)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -92,7 +92,7 @@ func (c *redisCoord[V]) recheck(ctx context.Context, key string, lk look[V], o *
 		return look[V]{e: lk.e, f: lk.f}, err
 	case err != nil:
 		lk.readFailed = err
-	case o.accepts(&e, f):
+	case w.takes(&e.Written, f):
 		c.p.release(ctx, key, lk.lease)
 		return look[V]{e: e, f: f}, nil
 	}

@@ -91,8 +91,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 	}
 	if p.locker != nil && !p.swr {
 		// hint: L1 says L2 has it fresh, so a plain read may answer.
-		finished, err = p.lookLocked(ctx, key, o, &pd, hint)
-		return pd, finished, err
+		return p.lookLocked(ctx, key, o, pd, hint)
 	}
 	if p.l2 != nil {
 		e, f, err := p.l2Get(ctx, key)
@@ -120,24 +119,24 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 
 // lookLocked is the look through the lock: one step reads the value and,
 // if it does not answer o, tries the lock. finished says it answered,
-// into o, with err; otherwise pd holds the look (or relook: the caller's
-// context ended during it).
-func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V], pd *pending[V], likely bool) (finished bool, err error) {
+// into o, with err; otherwise pd, which was given with its mark, holds
+// the look (or relook: the caller's context ended during it). pd goes by
+// value: a pointer to it would move every miss's pending to the heap.
+func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V], pd pending[V], likely bool) (_ pending[V], finished bool, err error) {
 	pd.locked, pd.start = true, time.Now()
-	pd.lk, pd.err = p.co.lookOrLock(ctx, key, likely, o)
+	pd.lk, pd.err = p.co.lookOrLock(ctx, key, likely, o.want())
 	switch {
 	case pd.err == nil && pd.lk.lease == nil: // a value: no lock needed
 		p.fillL1(key, pd.lk.e, o)
 		o.res, err = fromEntry(&pd.lk.e, SourceL2)
-		return true, err
+		return pd, true, err
 	case pd.err != nil && !errors.Is(pd.err, lock.ErrNotAcquired) && ctx.Err() != nil:
-		*pd = pending[V]{relook: true}
-		return false, nil
+		return pending[V]{relook: true}, false, nil
 	}
 	if pd.lk.f == cache.Stale {
 		o.stale, o.hasStale = pd.lk.e, true
 	}
-	return false, nil
+	return pd, false, nil
 }
 
 // l2Fresh reports whether e, an entry L1 holds past its L1 expiry, says
@@ -169,7 +168,8 @@ func (p *Pipeline[V]) fetchLoad(ctx context.Context, key string, load LoadFunc[V
 	if !pd.locked && p.locker != nil && !o.res.FailedOpen {
 		// After a plain read that found no value to serve (with
 		// StaleWhileRevalidate): the look through the lock.
-		finished, err := p.lookLocked(ctx, key, o, pd, false)
+		var finished bool
+		*pd, finished, err = p.lookLocked(ctx, key, o, *pd, false)
 		switch {
 		case finished:
 			return err

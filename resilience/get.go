@@ -328,13 +328,16 @@ type outcome[V any] struct {
 }
 
 // accepts reports whether e, found with freshness f, answers the load o
-// is for (any fresh entry, for a nil o). A refresh takes only an entry written clearly after the one
+// is for. A refresh takes only an entry written clearly after the one
 // that called for it: L1 keeps write times on its monotonic clock and
 // gives them back on the wall clock, a few microseconds off either way,
 // so the same write read back from L2 must not pass for a newer one.
 func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
-	return f == cache.Fresh && (o == nil || !o.refresh || e.Written.Sub(o.after) > writtenSlack)
+	return o.want().takes(&e.Written, f)
 }
+
+// want is what a look for o takes.
+func (o *outcome[V]) want() want { return want{refresh: o.refresh, after: o.after} }
 
 // writtenSlack is how much later than a refresh's entry another entry must
 // have been written to count as newer.

@@ -101,9 +101,10 @@ type loadItem struct {
 	lease    *lock.Lease
 	failOpen error
 	// lost is set when the lease was found lost by a watchdog (nil
-	// without a lease); beating says the lease's own watchdog beats, so
-	// the batch's need not.
+	// without a lease): the batch's, in own, or the lease's own, whose
+	// grant it points to; beating says the latter.
 	lost    *atomic.Bool
+	own     atomic.Bool
 	beating bool
 }
 
@@ -113,7 +114,7 @@ func heldItem[V any](k string, lk *look[V]) *loadItem {
 	if lk.g != nil {
 		it.lost, it.beating = &lk.g.lost, true
 	} else {
-		it.lost = new(atomic.Bool)
+		it.lost = &it.own
 	}
 	return it
 }

@@ -72,7 +72,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			// when it finds no fresh value does the look try the lock. A
 			// burst wakes every waiter of a process at once, so their
 			// reads go out together, and Redis runs no script for them.
-			lk, err := p.co.lookOrLock(ctx, key, announced, o)
+			lk, err := p.co.lookOrLock(ctx, key, announced, o.want())
 			switch {
 			case err == nil && lk.lease != nil:
 				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
