@@ -7,14 +7,13 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/telemetry"
 )
 
 // l2Store is the shared cache (L2) as the pipeline uses it: a
 // *cache.Redis, or a backend's store (backendL2). The Redis fast paths
 // (the look that also tries the lock, the batched looks and releases)
-// go to the Redis lock itself, p.rlock, and read what it returns with
-// Decode.
+// go to the Redis lock itself, in redisCoord, which reads what it returns
+// with Decode.
 type l2Store[V any] interface {
 	Get(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error)
 	Decode(key string, raw []byte) (cache.Entry[V], cache.Freshness)
@@ -94,15 +93,11 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 		_ = sh.Close()
 		return &ConfigError{Pipeline: c.name, Field: "Backend", Problem: err.Error()}
 	}
-	p.shared = sh
+	p.co = newBackendCoord(p, sh)
 	p.l2 = backendL2[V]{Remote: remote, shared: sh}
 	p.notifier = sh
 	if c.lockOn {
 		p.locker = sh
-	}
-	p.dbSystem = nil
-	if s, ok := sh.(interface{ System() string }); ok {
-		p.dbSystem = []attribute.KeyValue{telemetry.DBSystemName.String(s.System())}
 	}
 	p.writes.origin = newOrigin()
 	stop := sh.Watch(func(key, origin string) {
@@ -130,11 +125,5 @@ func (p *Pipeline[V]) l2Corrupt(_ string, err error) {
 // l2Attrs is the attributes of an L2 client span: db.system.name and
 // the operation, Redis's command or the backend's method.
 func (p *Pipeline[V]) l2Attrs(redisOp, backendOp string, more ...attribute.KeyValue) []attribute.KeyValue {
-	var as []attribute.KeyValue
-	if p.shared == nil {
-		as = append(as, telemetry.DBSystemRedis, telemetry.DBOperationName.String(redisOp))
-	} else {
-		as = append(append(as, p.dbSystem...), telemetry.DBOperationName.String(backendOp))
-	}
-	return append(as, more...)
+	return p.co.l2Attrs(redisOp, backendOp, more...)
 }

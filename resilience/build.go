@@ -185,8 +185,9 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if c.lockOn {
 		p.lockCfg = lockDefaults(c.lock)
 		if p.locker == nil { // embedded default
-			p.locker = new(lock.Memory)
-			p.notifier = new(lock.MemoryNotifier)
+			n := new(lock.MemoryNotifier)
+			p.locker, p.notifier = new(lock.Memory), n
+			p.co = &memoryCoord[V]{p: p, n: n}
 		}
 	}
 	p.keyStages = p.l1 != nil || p.group != nil || p.locker != nil

@@ -157,16 +157,14 @@ func (p *Pipeline[V]) Check(ctx context.Context) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
-	if p.shared != nil {
-		// A backend checks itself: its Ping.
-		if err := p.shared.Ping(ctx); err != nil {
-			return &CheckError{Pipeline: p.name, Backend: backendName(p.shared), Problem: "the backend does not answer", Err: err}
-		}
+	if p.co == nil {
 		return nil
 	}
-	if p.redisGuard == nil {
-		return nil
-	}
+	return p.co.check(ctx)
+}
+
+// checkRedis is Check with Redis.
+func (p *Pipeline[V]) checkRedis(ctx context.Context) error {
 	t := p.redisGuard.check
 	fail := func(problem string, err error, missing ...string) error {
 		return &CheckError{Pipeline: p.name, Backend: redisName, Problem: problem, Err: err, Missing: missing}

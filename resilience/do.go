@@ -55,7 +55,7 @@ func (p *Pipeline[V]) DoResult(ctx context.Context, fn DoFunc[V]) (Result[V], er
 		if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
 			err = timedOut("call", p.callTimeout, err)
 		}
-		r, err = p.fallBack(parent, "", err, r.Value, false, false)
+		r, err = p.fallBack(parent, "", err, r.Value, false, false, true)
 	}
 	p.finishCall(parent, sp, &r, err)
 	return r, err

@@ -8,10 +8,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// fallBack runs the fallback chain for a call whose load failed with cause.
-func (p *Pipeline[V]) fallBack(ctx context.Context, key string, cause error, stale V, hasStale, failedOpen bool) (Result[V], error) {
+// fallBack runs the fallback chain for a call whose load failed with
+// cause, with a span of its own when spanned.
+func (p *Pipeline[V]) fallBack(ctx context.Context, key string, cause error, stale V, hasStale, failedOpen, spanned bool) (Result[V], error) {
 	var sp trace.Span
-	if p.tel.Tracing() {
+	if spanned && p.tel.Tracing() {
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanFallback, trace.WithAttributes(telemetry.FallbackReason.String(reason(cause))))
 		defer sp.End()
 	}

@@ -3,11 +3,13 @@ package resilience
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // pending is what a look found that calls for a load, or a wait: the rest
@@ -19,8 +21,8 @@ type pending[V any] struct {
 	// mark is the notifier's, taken before the look: a subscription
 	// after it misses no announcement since.
 	mark uint64
-	// locked: lk and err are a look through the Redis lock, which began
-	// at start.
+	// locked: lk and err are a look through the lock (lookOrLock),
+	// which began at start.
 	locked bool
 	start  time.Time
 	lk     look[V]
@@ -57,7 +59,7 @@ func (p *Pipeline[V]) fetchInto(ctx context.Context, key string, load LoadFunc[V
 }
 
 // fetchLook is the part of a miss that may answer without a load: L1
-// again, then one look at Redis. finished says it answered, into o, with
+// again, then one look at L2 (with Lock, one that also tries the lock). finished says it answered, into o, with
 // err; otherwise pd holds what the rest of the miss needs. A panic of user
 // code that escaped its own stage's recovery becomes a [*PanicError].
 func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], hint bool) (pd pending[V], finished bool, err error) {
@@ -77,9 +79,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		// Announcements delivered from now on reach the subscription that
 		// a wait takes after the looks below, however late (see
 		// subscribe): a look that finds the value needs none.
-		if mn, ok := p.notifier.(markNotifier); ok {
-			pd.mark = mn.Mark()
-		}
+		pd.mark = p.co.mark()
 	}
 	if p.l1 != nil && !o.refresh {
 		// A caller that missed L1 just before the previous shared load
@@ -89,40 +89,9 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 			return pd, true, err
 		}
 	}
-	if p.rlock != nil && !p.swr && !o.refresh {
-		if hint {
-			// L1 says Redis has it fresh: a plain read, the cheapest
-			// command, answers; if not, the look below also tries the
-			// lock.
-			e, f, err := p.l2Get(ctx, key)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				return pending[V]{relook: true}, false, nil
-			case err != nil:
-				o.failOpen(err)
-				return pd, false, nil
-			case f == cache.Fresh:
-				p.fillL1(key, e, o)
-				o.res, err = fromEntry(&e, SourceL2)
-				return pd, true, err
-			}
-		}
-		// One round trip reads the value and, if it is not fresh, tries
-		// the lock.
-		pd.locked, pd.start = true, time.Now()
-		pd.lk, pd.err = p.lookRedis(ctx, key)
-		switch {
-		case pd.err == nil && pd.lk.lease == nil: // a fresh value: no lock needed
-			p.fillL1(key, pd.lk.e, o)
-			o.res, err = fromEntry(&pd.lk.e, SourceL2)
-			return pd, true, err
-		case pd.err != nil && !errors.Is(pd.err, lock.ErrNotAcquired) && ctx.Err() != nil:
-			return pending[V]{relook: true}, false, nil
-		}
-		if pd.lk.f == cache.Stale {
-			o.stale, o.hasStale = pd.lk.e, true
-		}
-		return pd, false, nil
+	if p.locker != nil && !p.swr {
+		// hint: L1 says L2 has it fresh, so a plain read may answer.
+		return p.lookLocked(ctx, key, o, pd, hint)
 	}
 	if p.l2 != nil {
 		e, f, err := p.l2Get(ctx, key)
@@ -144,6 +113,28 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 				return pd, true, nil
 			}
 		}
+	}
+	return pd, false, nil
+}
+
+// lookLocked is the look through the lock: one step reads the value and,
+// if it does not answer o, tries the lock. finished says it answered,
+// into o, with err; otherwise pd, which was given with its mark, holds
+// the look (or relook: the caller's context ended during it). pd goes by
+// value: a pointer to it would move every miss's pending to the heap.
+func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V], pd pending[V], likely bool) (_ pending[V], finished bool, err error) {
+	pd.locked, pd.start = true, time.Now()
+	pd.lk, pd.err = p.co.lookOrLock(ctx, key, likely, o.want())
+	switch {
+	case pd.err == nil && pd.lk.lease == nil: // a value: no lock needed
+		p.fillL1(key, pd.lk.e, o)
+		o.res, err = fromEntry(&pd.lk.e, SourceL2)
+		return pd, true, err
+	case pd.err != nil && !errors.Is(pd.err, lock.ErrNotAcquired) && ctx.Err() != nil:
+		return pending[V]{relook: true}, false, nil
+	}
+	if pd.lk.f == cache.Stale {
+		o.stale, o.hasStale = pd.lk.e, true
 	}
 	return pd, false, nil
 }
@@ -174,11 +165,100 @@ func (p *Pipeline[V]) fetchLoad(ctx context.Context, key string, load LoadFunc[V
 			return ctx.Err()
 		}
 	}
+	if !pd.locked && p.locker != nil && !o.res.FailedOpen {
+		// After a plain read that found no value to serve (with
+		// StaleWhileRevalidate): the look through the lock.
+		var finished bool
+		*pd, finished, err = p.lookLocked(ctx, key, o, *pd, false)
+		switch {
+		case finished:
+			return err
+		case pd.relook:
+			return ctx.Err()
+		}
+	}
 	if pd.locked {
 		return p.lockedRest(ctx, key, load, o, pd)
 	}
-	if p.locker != nil && !o.res.FailedOpen {
-		return p.lockedLoad(ctx, key, load, o, pd.mark)
-	}
 	return p.loadAndStore(ctx, key, load, nil, o)
 }
+
+// fetchMany is the shared part of a batch's misses: L1 again, then Redis
+// (the value, else the lock), then one loader call. Each key gets its
+// outcome; a panic of the pipeline's own reaches every key as a
+// [*PanicError].
+func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadManyFunc[V]) (outs map[string]*keyOut[V]) {
+	outs = make(map[string]*keyOut[V], len(keys))
+	for _, k := range keys {
+		// Writes (Set, Invalidate) from now on keep this load's value
+		// out of L1.
+		outs[k] = &keyOut[V]{o: &outcome[V]{gen: p.writes.gens.stamp()}}
+	}
+	// Not recoverPanic: the panic is the error of every key not yet
+	// answered, not one return value.
+	defer func() {
+		if v := recover(); v != nil {
+			pe := panicked("pipeline", v)
+			for _, out := range outs {
+				if !out.set {
+					out.err, out.set = pe, true
+				}
+			}
+		}
+	}()
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		for _, out := range outs {
+			out.o.leadSpan = sc
+		}
+	}
+	todo := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if p.l1 != nil {
+			// A load that ended just before this batch led may have
+			// filled L1.
+			if e, f := p.l1.Lookup(k); f == cache.Fresh {
+				out := outs[k]
+				out.o.res, out.err = fromEntry(e, SourceL1)
+				out.set = true
+				continue
+			}
+		}
+		todo = append(todo, k)
+	}
+	if len(todo) == 0 {
+		return outs
+	}
+	// Chunk by chunk: a chunk's leases are held from its look to its
+	// write-back only, which a watchdog's beat covers however many keys
+	// the call has (100,000 keys in one look outlasted the beat of the
+	// first leases it took, and other processes took them over).
+	for chunk := range slices.Chunk(todo, GetManyChunk) {
+		switch {
+		case p.l2 != nil && p.locker != nil:
+			p.lockedMany(ctx, chunk, load, outs)
+		case p.l2 != nil:
+			p.l2Many(ctx, chunk, load, outs)
+		default:
+			items := make([]*loadItem, len(chunk))
+			for i, k := range chunk {
+				items[i] = &loadItem{key: k}
+			}
+			p.loadBatch(ctx, items, load, outs)
+		}
+		if err := ctx.Err(); err != nil {
+			// The chunks not reached fail with the caller's end.
+			for _, out := range outs {
+				if !out.set {
+					out.err, out.set = err, true
+				}
+			}
+			break
+		}
+	}
+	return outs
+}
+
+// GetManyChunk is how many missed keys [Pipeline.GetMany] takes through
+// Redis (or a backend) and its loader at a time: a call of more keys runs
+// chunk after chunk, with one loader call each.
+const GetManyChunk = 4096

@@ -210,10 +210,7 @@ func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, f *flight[V]
 	case <-f.done:
 	}
 	if o, _ := f.val.(*outcome[V]); o != nil && (f.err == nil || o.res.NotFound) {
-		r := o.res
-		if r.Source == SourceLoader || r.Source == SourceWaited || r.Source == SourceL2 {
-			r.Source = SourceCoalesced
-		}
+		r := coalesced(o.res)
 		p.finishCall(ctx, nil, &r, f.err)
 		return r, f.err
 	}
@@ -223,7 +220,7 @@ func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, f *flight[V]
 // joinedFailed is joinUnderway's end when the shared load failed: the
 // fallback chain, as a miss's.
 func (p *Pipeline[V]) joinedFailed(ctx context.Context, key string, f *flight[V]) (Result[V], error) {
-	r, err := p.settleMiss(ctx, key, joined(f, true), f.err, cache.Entry[V]{}, false)
+	r, err := p.settleMiss(ctx, key, joined(f, true), f.err, cache.Entry[V]{}, false, true)
 	p.finishCall(ctx, nil, &r, err)
 	return r, err
 }
@@ -236,13 +233,25 @@ func joined[V any](f *flight[V], joiner bool) *outcome[V] {
 		o = &outcome[V]{}
 	}
 	if joiner {
-		c := *o
-		if c.res.Source == SourceLoader || c.res.Source == SourceWaited || c.res.Source == SourceL2 {
-			c.res.Source = SourceCoalesced
-		}
-		o = &c
+		o = asJoiner(o)
 	}
 	return o
+}
+
+// asJoiner is a copy of o, as a caller that joined its load sees it.
+func asJoiner[V any](o *outcome[V]) *outcome[V] {
+	c := *o
+	c.res = coalesced(c.res)
+	return &c
+}
+
+// coalesced is r as a caller that joined another's load sees it: a value
+// that load got (from the loader, a wait or L2) came to it coalesced.
+func coalesced[V any](r Result[V]) Result[V] {
+	if r.Source == SourceLoader || r.Source == SourceWaited || r.Source == SourceL2 {
+		r.Source = SourceCoalesced
+	}
+	return r
 }
 
 // sharedSpan records on a caller's single-flight span whether it joined

@@ -4,18 +4,27 @@
 //	l1.go        the in-process cache (L1): lookup, fill
 //	refresh.go   early refresh of a hot key, background refresh, Refresh
 //	flight.go    the local single-flight: join a key's load, or lead it
-//	fetch.go     the leader's look (L1 again, then Redis), then the rest
-//	l2.go        the Redis cache (L2): reads, the look with the lock, the write-back
-//	lock.go      the distributed lock: hold and load, or wait for the holder
+//	fetch.go     the leader's look (L1 again, then L2 through the seam), then the rest
+//	l2.go        L2 reads, the write-back (the commit under a grant)
+//	lock.go      the lock stage: the winner holds and loads; the watchdogs
+//	wait.go      the wait for another holder's value
 //	loader.go    the loader call: breaker, timeout, SetTTL (retry.go: retry)
 //	fallback.go  the fallback chain: stale copy, default, error
 //	result.go    what a call returns
-//	errors.go    every error type and how errors are classified
+//	outcome.go   what a loader's error means to the stages after it
+//	errors.go    every error type and how Redis errors are classified
+//
+// The stages ask the coordination seam (coord.go) for the look that also
+// tries the lock, the commit, releases, extensions and announcements; its
+// adapters are coord_redis.go (Redis), coord_backend.go (any Backend) and
+// coord_memory.go (the embedded default). GetMany (many.go: its entry, the
+// settling of each key, the batch's load) takes the same files: each
+// stage's batch form sits beside its single-key form.
 //
 // Around them: redisguard.go (the Redis breaker, wiring), backend.go and
 // backendwire.go (a Backend in place of Redis, its wiring), redisbatch.go
-// (Redis commands sent in batches), builder.go and build.go (Builder, Build),
-// many.go (GetMany), do.go (Do), write.go (Set, Invalidate), peek.go,
+// (Redis commands sent in batches), builder.go and build.go (Builder,
+// Build), do.go (Do), write.go (Set, Invalidate), fence.go (Fence), peek.go,
 // stats.go, health.go, logs.go.
 
 package resilience
@@ -27,7 +36,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -57,15 +65,10 @@ type Pipeline[V any] struct {
 
 	locker   lock.Locker
 	notifier lock.Notifier
-	// rlock is the Redis lock (nil in the embedded default): its looks
-	// read the value and try the lock in one round trip, and its leases
-	// announce on release; without it the pipeline notifies itself.
-	rlock *lock.Redis
-	// shared is the Backend's view (nil with Redis, or in the embedded
-	// default); dbSystem names it on spans.
-	shared   Shared
-	dbSystem []attribute.KeyValue
-	lockCfg  LockSettings
+	// co is the coordination seam (coord.go): Redis's, a backend's, or
+	// with Lock alone the embedded default's; nil without L2 and lock.
+	co      coord[V]
+	lockCfg LockSettings
 
 	br        *breaker.Breaker
 	retry     *RetrySettings
@@ -284,13 +287,14 @@ func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], st
 			return Result[V]{}, err
 		}
 	}
-	return p.settleMiss(ctx, key, o, err, stale, hasStale)
+	return p.settleMiss(ctx, key, o, err, stale, hasStale, true)
 }
 
 // settleMiss is a miss's result once its shared load has ended with o and
-// err: the load's result, or the fallback chain's. stale is what L1 held
-// for key, if anything (hasStale).
-func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V], err error, stale cache.Entry[V], hasStale bool) (Result[V], error) {
+// err: the load's result, or the fallback chain's (with a span of its own
+// when spanned). stale is what L1 held for key, if anything (hasStale).
+// GetMany settles each of its keys with it too.
+func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V], err error, stale cache.Entry[V], hasStale, spanned bool) (Result[V], error) {
 	if err == nil || o.res.NotFound {
 		return o.res, err
 	}
@@ -303,7 +307,7 @@ func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V],
 	if stale.NotFound {
 		hasStale = false
 	}
-	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen)
+	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen, spanned)
 	r.FailOpenCause = o.res.FailOpenCause
 	return r, err
 }
@@ -330,8 +334,11 @@ type outcome[V any] struct {
 // gives them back on the wall clock, a few microseconds off either way,
 // so the same write read back from L2 must not pass for a newer one.
 func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
-	return f == cache.Fresh && (!o.refresh || e.Written.Sub(o.after) > writtenSlack)
+	return o.want().takes(&e.Written, f)
 }
+
+// want is what a look for o takes.
+func (o *outcome[V]) want() want { return want{refresh: o.refresh, after: o.after} }
 
 // writtenSlack is how much later than a refresh's entry another entry must
 // have been written to count as newer.

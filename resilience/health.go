@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/lock"
 )
 
 // Health is a snapshot of what a pipeline depends on, for a readiness
@@ -36,10 +35,8 @@ func (p *Pipeline[V]) Health() Health {
 	if p.redisGuard != nil {
 		h.Breakers[p.redisGuard.br.Name()] = p.redisGuard.br.State()
 	}
-	if n, ok := p.notifier.(*lock.RedisNotifier); ok {
-		h.Subscribed = n.Subscribed()
-	} else if s, ok := p.shared.(interface{ Subscribed() bool }); ok {
-		h.Subscribed = s.Subscribed()
+	if p.co != nil {
+		h.Subscribed = p.co.subscribed()
 	}
 	return h
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -62,10 +61,7 @@ func (p *Pipeline[V]) corrupt(ctx context.Context, sp trace.Span, err error) {
 
 // failOpen records that a call went on without Redis.
 func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, err error) {
-	why := "redis_error"
-	if p.shared != nil {
-		why = "backend_error"
-	}
+	why := p.co.failReason()
 	if classify(ctx, err) == errRefused {
 		why = "breaker_open"
 	} else if isDenied(err) {
@@ -105,7 +101,7 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g
 			if g != nil {
 				// The holder's last step, in one round trip: write while
 				// its token holds the lock, release, announce.
-				return p.l2.Commit(ctx, key, e, g.lease.Token())
+				return p.co.commit(ctx, key, e, g.lease.Token())
 			}
 			return p.l2.Set(ctx, key, e)
 		})
@@ -147,53 +143,6 @@ func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
 	p.logs.lostLease(ctx)
 }
 
-// look is one look at a key through the Redis lock: the value, and the
-// lease when the lock was granted.
-type look[V any] struct {
-	e     cache.Entry[V]
-	f     cache.Freshness
-	lease *lock.Lease
-}
-
-// lookRedis reads key's value and, unless it is fresh, tries the lock, in
-// one round trip, with a client span. It returns lock.ErrNotAcquired (with
-// the stale copy, if any) when a live holder has the lock.
-func (p *Pipeline[V]) lookRedis(ctx context.Context, key string) (look[V], error) {
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA")))
-		defer sp.End()
-	}
-	var raw []byte
-	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
-		l, v, _, err := p.rlock.TryAcquireOrGet(ctx, key, p.lockCfg.Lease, time.Now())
-		raw = v
-		return l, err
-	})
-	lk := look[V]{lease: lease}
-	if raw != nil {
-		lk.e, lk.f = p.l2.Decode(key, raw)
-	}
-	if err == nil && lease == nil && lk.f != cache.Fresh {
-		// Fresh by its expiry field, yet unusable (bytes that do not
-		// decode): a miss, so take the lock without looking at it.
-		lk.lease, err = guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
-			return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
-		})
-	}
-	if sp != nil {
-		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))
-	}
-	switch classify(ctx, err) {
-	case errData:
-		p.corrupt(ctx, sp, err)
-	case errInfra, errRefused, errCanceled:
-		p.failOpen(ctx, sp, "l2_get", err)
-	}
-	return lk, err
-}
-
 // decryptFailed records an L2 entry that did not decrypt, and reports
 // whether err was one: a miss, counted as herdguard.cache.corrupt with
 // herdguard.reason=decrypt_failed, and logged (at most once a minute, with the
@@ -211,4 +160,156 @@ func (p *Pipeline[V]) decryptFailed(err error) bool {
 	p.logs.episode(ctx, &p.logs.corrupt, slog.LevelWarn, "herdguard: a value in Redis did not decrypt; treated as a miss",
 		"reason", strings.TrimPrefix(err.Error(), cache.ErrDecrypt.Error()+": "))
 	return true
+}
+
+// l2Many is the batch's Redis read without Lock: one round trip, then one
+// loader call for the misses.
+func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
+	var sp trace.Span
+	lctx := ctx
+	if p.tel.Tracing() {
+		lctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(p.l2Attrs("HGET", "Load", attrKeys.Int(len(keys)))...))
+	}
+	gots, err := guard(lctx, p.redisGuard, func(ctx context.Context) ([]cache.Got[V], error) {
+		gs, err := p.l2.GetMany(ctx, keys)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range gs {
+			if g.Err != nil && classify(ctx, g.Err) != errData {
+				return gs, g.Err
+			}
+		}
+		return gs, nil
+	})
+	if err != nil {
+		p.failOpen(lctx, sp, "l2_get", err)
+	}
+	if sp != nil {
+		sp.End()
+	}
+	if err != nil {
+		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
+		return
+	}
+	var items []*loadItem
+	for i, k := range keys {
+		out := outs[k]
+		g := gots[i]
+		switch {
+		case g.Err != nil:
+			p.corrupt(ctx, nil, g.Err)
+		case g.Freshness == cache.Fresh:
+			p.fillL1(k, g.Entry, out.o)
+			out.o.res, out.err = fromEntry(&g.Entry, SourceL2)
+			out.set = true
+			continue
+		case g.Freshness == cache.Stale:
+			out.o.stale, out.o.hasStale = g.Entry, true
+		}
+		items = append(items, &loadItem{key: k})
+	}
+	p.loadBatch(ctx, items, load, outs)
+}
+
+// readFailed settles the keys of a batch whose Redis read failed as a
+// whole with err, and returns those to load: none when the caller's own
+// context ended (each key fails with it), else every key, failing open.
+func readFailed[V any](ctx context.Context, keys []string, err error, outs map[string]*keyOut[V]) []*loadItem {
+	if classify(ctx, err) == errCanceled {
+		for _, k := range keys {
+			outs[k].err, outs[k].set = err, true
+		}
+		return nil
+	}
+	items := make([]*loadItem, len(keys))
+	for i, k := range keys {
+		items[i] = &loadItem{key: k, failOpen: err}
+	}
+	return items
+}
+
+// storeMany writes a batch's entries to L2 in one round trip, and to L1
+// those that L2 did not refuse; it returns the leases still to release.
+func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], items []*loadItem, outs map[string]*keyOut[V]) (release []*lock.Lease) {
+	if len(writes) == 0 {
+		return nil
+	}
+	var sp trace.Span
+	if p.tel.Tracing() {
+		ctx, sp = p.tel.Start(ctx, telemetry.SpanWriteBack, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(p.l2Attrs("EVALSHA", "Save", attrKeys.Int(len(writes)))...))
+		defer sp.End()
+	}
+	ws, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]cache.Written, error) {
+		ws, err := p.co.commitMany(ctx, writes)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range ws {
+			if w.Err != nil && classify(ctx, w.Err) == errInfra {
+				return ws, w.Err
+			}
+		}
+		return ws, nil
+	})
+	if err != nil {
+		p.failOpen(ctx, sp, "l2_set", err)
+	}
+	lost, refused := 0, 0
+	for i, w := range writes {
+		it := items[i]
+		out := outs[it.key]
+		var werr error
+		stored := false
+		if err != nil {
+			werr = err
+		} else {
+			werr, stored = ws[i].Err, ws[i].Stored
+		}
+		switch {
+		case errors.Is(werr, cache.ErrLockLost):
+			it.lease.Forget()
+			lost++
+			continue
+		case werr == nil && !stored:
+			// A newer fence wrote the key; the commit released the lock.
+			if it.lease != nil {
+				it.lease.Forget()
+			}
+			refused++
+			continue
+		case werr == nil:
+			if it.lease != nil {
+				it.lease.Forget() // released by the commit
+			}
+		case errors.Is(werr, cache.ErrExpiredEntry):
+			release = appendLease(release, it.lease)
+		case classify(ctx, werr) == errData:
+			p.corrupt(ctx, sp, werr) // L1 needs no encoding: keep it there
+			release = appendLease(release, it.lease)
+		default:
+			if err == nil {
+				p.failOpen(ctx, sp, "l2_set", werr)
+			}
+			out.o.failOpen(werr)
+			release = appendLease(release, it.lease)
+		}
+		p.fillL1(it.key, w.Entry, out.o)
+	}
+	for range lost {
+		p.leaseLost(ctx, sp)
+	}
+	if sp != nil && refused > 0 {
+		sp.AddEvent("writes refused: a newer fence wrote the key", trace.WithAttributes(attrKeys.Int(refused)))
+	}
+	return release
+}
+
+func appendLease(ls []*lock.Lease, l *lock.Lease) []*lock.Lease {
+	if l == nil {
+		return ls
+	}
+	return append(ls, l)
 }

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -271,4 +272,38 @@ func (p *Pipeline[V]) applyLoaderTTL(e *cache.Entry[V], h *loaderTTL) {
 	ttl := cache.Jitter(min(d, p.ttl), p.jitter)
 	e.Expires = e.Written.Add(ttl)
 	e.StaleUntil = e.Expires.Add(p.grace)
+}
+
+// callLoadMany calls load once for keys, through the loader's breaker,
+// retry and timeout as one call. A [KeyErrors] the loader returns fails
+// those keys only and counts as a success.
+func (p *Pipeline[V]) callLoadMany(ctx context.Context, keys []string, load LoadManyFunc[V]) (map[string]V, KeyErrors, time.Duration, error) {
+	type got struct {
+		vals map[string]V
+		errs KeyErrors
+	}
+	// An attempt abandoned at its timeout may still finish: each attempt
+	// stores what it got, and the one that succeeded is read after.
+	var last atomic.Pointer[got]
+	_, took, err := p.callLoader(ctx, keys[0], func(ctx context.Context, _ string) (V, error) {
+		var zero V
+		vals, err := load(ctx, slices.Clone(keys))
+		var ke KeyErrors
+		if errors.As(err, &ke) {
+			last.Store(&got{vals, ke})
+			return zero, nil
+		}
+		if err == nil {
+			last.Store(&got{vals: vals})
+		}
+		return zero, err
+	})
+	if err != nil {
+		return nil, nil, took, err
+	}
+	g := last.Load()
+	if g == nil {
+		return nil, nil, took, errFlightExited
+	}
+	return g.vals, g.errs, took, nil
 }

@@ -3,10 +3,10 @@ package resilience
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
@@ -14,29 +14,9 @@ import (
 	"github.com/herdguard/herdguard/telemetry"
 )
 
-// grant is a lease this process holds while it loads.
-type grant struct {
-	lease *lock.Lease
-	// lost is set by the watchdog when an extension finds the lease gone
-	// (taken over, or lost with Redis's keys): the value is then not
-	// written back.
-	lost atomic.Bool
-	// released is set once the write-back released the lock too; read
-	// and written by the holder's goroutine only.
-	released bool
-}
-
-// hold starts lease's watchdog, which beats until the lease is released
-// or ctx ends, and returns the grant it marks lost.
-func hold(ctx context.Context, lease *lock.Lease) *grant {
-	g := &grant{lease: lease}
-	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
-	return g
-}
-
-// lockedRest is the rest of a miss after a look through the Redis lock
-// that found no fresh value (pd): the winner's load, or the waiter's
-// wait.
+// lockedRest is the rest of a miss after a look through the lock
+// (lookOrLock) that found no fresh value (pd): the winner's load, or the
+// waiter's wait.
 func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], pd *pending[V]) error {
 	lk, err := pd.lk, pd.err
 	if err != nil && !errors.Is(err, lock.ErrNotAcquired) {
@@ -44,7 +24,7 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		case errCanceled:
 			return err
 		case errInfra, errRefused:
-			// Redis failed (recorded on the look's span): load without it.
+			// The service failed (recorded by the look): load without it.
 			o.failOpen(err)
 		}
 		// A problem with this key's data (counted on the look's span) is
@@ -58,68 +38,16 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 	}
 	if err == nil {
 		p.lockOutcome(ctx, sp, "acquired", pd.start, lk.lease)
-		return p.holdAndLoad(ctx, key, load, lk.lease, o, false, pd.g)
+		if lk.readFailed != nil {
+			o.failOpen(lk.readFailed)
+		}
+		return p.holdAndLoad(ctx, key, load, lk.lease, o, pd.g)
 	}
 	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // lock.ErrNotAcquired
 }
 
-// lockedLoad is the distributed-lock stage: the winner loads, the others
-// wait for its value; when the lock backend fails, the load runs unlocked.
-//
-// mark is the notifier's, taken before the read that missed: a wait
-// subscribes with it, so no announcement after that read is lost.
-func (p *Pipeline[V]) lockedLoad(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], mark uint64) error {
-	start := time.Now()
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanLock)
-		defer sp.End()
-	}
-	lease, err := p.tryAcquire(ctx, key)
-	switch {
-	case err == nil:
-		p.lockOutcome(ctx, sp, "acquired", start, lease)
-		return p.holdAndLoad(ctx, key, load, lease, o, true, nil)
-	case errors.Is(err, lock.ErrNotAcquired):
-		return p.await(ctx, sp, key, load, o, start, mark)
-	case ctx.Err() != nil:
-		return err
-	}
-	return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
-}
-
-// markNotifier is a notifier with marks (both of package lock's are): the
-// leader takes a mark before its look, and subscribes only when it must
-// wait, losing no announcement made in between.
-type markNotifier interface {
-	lock.Notifier
-	Mark() uint64
-	SubscribeSince(key string, mark uint64) (<-chan struct{}, func())
-}
-
-// subscribe subscribes to key's announcements for a wait, given the
-// notifier's mark taken before the look that found the lock held: an
-// announcement delivered since then signals the channel at once. Looks
-// that find the value therefore never subscribe, and a wait loses no
-// wake-up. lookNow says the notifier keeps no marks: look once before
-// waiting.
-func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{}, unsubscribe func(), lookNow bool) {
-	if mn, ok := p.notifier.(markNotifier); ok {
-		woken, unsubscribe = mn.SubscribeSince(key, mark)
-		return woken, unsubscribe, false
-	}
-	woken, unsubscribe = p.notifier.Subscribe(key)
-	return woken, unsubscribe, true
-}
-
-// loadFailedOpen loads without the lock because Redis failed (err).
-func (p *Pipeline[V]) loadFailedOpen(ctx context.Context, sp trace.Span, op string, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
-	p.failOpen(ctx, sp, op, err)
-	return p.loadUnlocked(ctx, sp, err, key, load, o, start)
-}
-
-// loadUnlocked is loadFailedOpen for a failure already recorded (by
-// lookRedis, on its span).
+// loadUnlocked loads without the lock because the service failed (err,
+// already recorded by the look).
 func (p *Pipeline[V]) loadUnlocked(ctx context.Context, sp trace.Span, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
 	o.failOpen(err)
 	p.lockOutcome(ctx, sp, "failed_open", start, nil)
@@ -148,16 +76,13 @@ func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, 
 	})
 }
 
-// holdAndLoad is the winner's part: re-check, load, write (only while the
-// lease holds), release and announce.
-//
-// recheck reads the value again first: another holder may have written it
-// between the miss and the grant. A grant by a look needs none: the same
-// script found no fresh value.
+// holdAndLoad is the winner's part: load, write (only while the lease
+// holds), release and announce. The look that granted the lease found no
+// fresh value after the grant.
 //
 // g is the grant when its watchdog already beats (see hold); nil makes
 // one of lease.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], recheck bool, g *grant) error {
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], g *grant) error {
 	if g == nil {
 		g = hold(ctx, lease)
 	}
@@ -166,201 +91,181 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 			p.release(ctx, key, lease)
 		}
 	}()
-	if recheck {
-		e, f, err := p.sharedGet(ctx, key)
-		switch {
-		case err != nil:
-			// Redis failed between the grant and now: load, and skip the
-			// write-back, which would fail too.
-			o.failOpen(err)
-		case o.accepts(&e, f):
-			p.fillL1(key, e, o)
-			o.res, err = fromEntry(&e, SourceL2)
-			return err
-		}
-	}
 	return p.loadAndStore(ctx, key, load, g, o)
 }
 
-// release gives the lease back and wakes the waiters, on a goroutine of
-// its own (Close waits for it), so that the callers of the load need not
-// wait for it. It never goes through the Redis breaker and runs past the
-// flight's end on a deadline of its own: a lock left behind would hold
-// every other process until a waiter sees its holder dead.
-func (p *Pipeline[V]) release(ctx context.Context, key string, lease *lock.Lease) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	run := func() {
-		defer cancel()
-		_ = lease.Release(rctx) // the Redis lock announces in the same round trip
-		if p.rlock == nil {
-			_ = p.notifier.Notify(rctx, key)
-		}
+// loadItem is one key of a loader call, with the lease it holds (nil:
+// unlocked) and the Redis failure it goes on without (nil: none).
+type loadItem struct {
+	key      string
+	lease    *lock.Lease
+	failOpen error
+	// lost is set when the lease was found lost by a watchdog (nil
+	// without a lease): the batch's, in own, or the lease's own, whose
+	// grant it points to; beating says the latter.
+	lost    *atomic.Bool
+	own     atomic.Bool
+	beating bool
+}
+
+// heldItem is the load of k under the lease lk won.
+func heldItem[V any](k string, lk *look[V]) *loadItem {
+	it := &loadItem{key: k, lease: lk.lease, failOpen: lk.readFailed}
+	if lk.g != nil {
+		it.lost, it.beating = &lk.g.lost, true
+	} else {
+		it.lost = &it.own
 	}
-	if !p.bg.add() { // closing: release before Close returns
-		run()
+	return it
+}
+
+// lockedMany is the batch's part with the lock: one look for every key
+// (the value, else the lock), then this process's loads and its wait for
+// the keys other processes hold, side by side.
+func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
+	// Subscribe before the look: a value that lands after it is
+	// announced to these subscriptions.
+	subs := make(map[string]<-chan struct{}, len(keys))
+	for _, k := range keys {
+		ch, unsubscribe := p.notifier.Subscribe(k)
+		defer unsubscribe()
+		subs[k] = ch
+	}
+	start := time.Now()
+	looks, err := p.co.lookOrLockMany(ctx, keys)
+	if err != nil {
+		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
 		return
 	}
+	var items []*loadItem
+	var waits []string
+	for i, k := range keys {
+		out := outs[k]
+		lk := &looks[i]
+		e, f := lk.e, lk.f
+		if f == cache.Stale {
+			out.o.stale, out.o.hasStale = e, true
+		}
+		switch {
+		case lk.err == nil && lk.lease == nil && f == cache.Fresh:
+			p.fillL1(k, e, out.o)
+			out.o.res, out.err = fromEntry(&e, SourceL2)
+			out.set = true
+		case lk.err == nil && lk.lease == nil:
+			// Fresh by its expiry field, yet unusable: a miss, loaded
+			// without the lock (counted by Decode).
+			items = append(items, &loadItem{key: k})
+		case lk.err == nil:
+			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
+			items = append(items, heldItem(k, lk))
+		case errors.Is(lk.err, lock.ErrNotAcquired):
+			if p.swr && f == cache.Stale && !e.NotFound {
+				// Another process refreshes it: serve the stale copy now.
+				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
+				out.set = true
+				continue
+			}
+			waits = append(waits, k)
+		default:
+			if it := p.lookFailed(ctx, k, lk.err, out, start); it != nil {
+				items = append(items, it)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	if len(waits) > 0 {
+		// One goroutine waits for every key that others hold while this
+		// one loads its own. Each writes only its keys' outcomes.
+		wg.Go(func() { p.awaitMany(ctx, waits, subs, load, outs, start) })
+	}
+	p.loadBatch(ctx, items, load, outs)
+	wg.Wait()
+}
+
+// lookFailed settles key k, whose look in a batch failed with err (the
+// failure recorded by the look), or returns its load: a per-key data
+// problem is a miss, loaded without the lock; the service failing for this
+// key alone, a load without it, failing open; the caller's end, an error.
+func (p *Pipeline[V]) lookFailed(ctx context.Context, k string, err error, out *keyOut[V], start time.Time) *loadItem {
+	switch classify(ctx, err) {
+	case errData:
+		p.corrupt(ctx, nil, err)
+		return &loadItem{key: k}
+	case errInfra, errRefused:
+		p.lockOutcome(ctx, nil, "failed_open", start, nil)
+		return &loadItem{key: k, failOpen: err}
+	}
+	out.err, out.set = err, true
+	return nil
+}
+
+// grant is a lease this process holds while it loads.
+type grant struct {
+	lease *lock.Lease
+	// lost is set by the watchdog when an extension finds the lease gone
+	// (taken over, or lost with Redis's keys): the value is then not
+	// written back.
+	lost atomic.Bool
+	// released is set once the write-back released the lock too; read
+	// and written by the holder's goroutine only.
+	released bool
+}
+
+// hold starts lease's watchdog, which beats until the lease is released
+// or ctx ends, and returns the grant it marks lost.
+func hold(ctx context.Context, lease *lock.Lease) *grant {
+	g := &grant{lease: lease}
+	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
+	return g
+}
+
+// keepAliveMany beats for the items' leases while their loader call runs:
+// one watchdog for the batch, extending every lease in one round trip per
+// beat. It marks an item whose lease was found lost. The returned stop
+// ends it and waits for it.
+func (p *Pipeline[V]) keepAliveMany(ctx context.Context, items []*loadItem) (stop func()) {
+	var held []*loadItem
+	var leases []*lock.Lease
+	every := time.Duration(0)
+	for _, it := range items {
+		// A lease that beats on its own (from its grant, see
+		// lookThenLockMany) beats until released or forgotten.
+		if it.lease != nil && !it.beating {
+			held = append(held, it)
+			leases = append(leases, it.lease)
+			if every == 0 || it.lease.Every() < every {
+				every = it.lease.Every()
+			}
+		}
+	}
+	if len(held) == 0 {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer p.bg.done()
-		run()
-	}()
-}
-
-// sharedGet reads what lock waiters look at: L2, or without Redis, L1.
-func (p *Pipeline[V]) sharedGet(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
-	if p.l2 != nil {
-		return p.l2Get(ctx, key)
-	}
-	e, f := p.l1.Lookup(key)
-	if e == nil {
-		return cache.Entry[V]{}, f, nil
-	}
-	return *e, f, nil
-}
-
-// await is a waiter's part: woken by the holder's announcement, with a
-// jittered backoff poll as the safety net. Each look reads the value and,
-// if it is not there, tries the lock, which takes it over when the holder
-// stopped beating: the first waiter to look then loads under a new grant,
-// and the others keep waiting for its value. A live holder is waited for
-// up to MaxWait; then the waiter loads unlocked. After an announcement,
-// which says the value most likely landed, the look starts with a plain
-// read, and tries the lock only if that finds no fresh value.
-//
-// The lock was found held after the look (or read) that missed, and mark
-// was taken before it: the subscription hears of every announcement since,
-// so until an announcement or a poll tick there is nothing new to look at,
-// and the first look costs no Redis command.
-//
-// An announcement whose look finds no fresh value and the lock still held
-// told nothing (forged, or a write that landed no value): announcements
-// then do not wake the waiter again before the next poll tick, whose look
-// covers them. A flood of such announcements thus costs at most one look
-// per poll interval, not one per message; a true one after a false one
-// waits for the tick at worst.
-func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, mark uint64) error {
-	woken, unsubscribe, lookNow := p.subscribe(key, mark)
-	defer unsubscribe()
-	var wsp trace.Span
-	if p.tel.Tracing() {
-		ctx, wsp = p.tel.Start(ctx, telemetry.SpanLockWait)
-		defer wsp.End()
-	}
-	bo := p.pollBackOff()
-	look, announced := lookNow, false
-	select {
-	case <-woken: // announced since the read that missed
-		look, announced = true, true
-	default:
-	}
-	for {
-		if look && announced && p.rlock != nil && !o.refresh {
-			// An announcement says the value most likely landed: a plain
-			// read, the cheapest command, answers; only when it finds no
-			// fresh value does the look below try the lock. A burst wakes
-			// every waiter of a process at once, so their reads go out
-			// together, and Redis runs no script for them.
-			e, f, err := p.l2Get(ctx, key)
-			switch {
-			case err == nil && o.accepts(&e, f):
-				p.fillL1(key, e, o)
-				p.lockOutcome(ctx, sp, "waited", start, nil)
-				o.res, err = fromEntry(&e, SourceWaited)
-				return err
-			case err != nil && ctx.Err() != nil:
-				return err
-			case err != nil:
-				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
-			}
-		}
-		if look && p.rlock != nil && !o.refresh {
-			lk, err := p.lookRedis(ctx, key)
-			switch {
-			case err == nil && lk.lease != nil:
-				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
-				return p.holdAndLoad(ctx, key, load, lk.lease, o, false, nil)
-			case err == nil:
-				p.fillL1(key, lk.e, o)
-				p.lockOutcome(ctx, sp, "waited", start, nil)
-				o.res, err = fromEntry(&lk.e, SourceWaited)
-				return err
-			case errors.Is(err, lock.ErrNotAcquired):
-			case ctx.Err() != nil:
-				return err
-			case classify(ctx, err) == errData:
-				p.lockOutcome(ctx, sp, "timeout", start, nil)
-				return p.loadAndStore(ctx, key, load, nil, o)
-			default:
-				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
-			}
-		} else if look {
-			e, f, err := p.sharedGet(ctx, key)
-			switch {
-			case err != nil:
-				return p.loadFailedOpen(ctx, sp, "l2_get", err, key, load, o, start)
-			case o.accepts(&e, f):
-				p.fillL1(key, e, o)
-				p.lockOutcome(ctx, sp, "waited", start, nil)
-				o.res, err = fromEntry(&e, SourceWaited)
-				return err
-			}
-			// No value: the holder is loading, failed, or is dead.
-			lease, err := p.tryAcquire(ctx, key)
-			switch {
-			case err == nil:
-				p.lockOutcome(ctx, sp, "acquired", start, lease)
-				return p.holdAndLoad(ctx, key, load, lease, o, true, nil)
-			case errors.Is(err, lock.ErrNotAcquired):
-			case ctx.Err() != nil:
-				return err
-			default:
-				return p.loadFailedOpen(ctx, sp, "lock_acquire", err, key, load, o, start)
-			}
-		}
-		left := p.lockCfg.MaxWait - time.Since(start)
-		if left <= 0 {
-			p.lockOutcome(ctx, sp, "timeout", start, nil)
-			if wsp != nil {
-				wsp.AddEvent("MaxWait spent while the holder lives; loading unlocked")
-			}
-			p.duplicates(ctx, dupMaxWait, 1)
-			return p.loadAndStore(ctx, key, load, nil, o)
-		}
-		// Still waiting after an announcement: it told nothing, so the
-		// next wake-up is the poll's (see above).
-		wake := woken
-		if announced {
-			wake = nil
-		}
-		t := time.NewTimer(min(bo.NextBackOff(), left))
-		announced = false
-		select {
-		case <-wake:
-			announced = true
-		case <-t.C:
-			// The poll's look covers what was announced before it.
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
 			select {
-			case <-woken:
-			default:
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
 			}
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+			ectx, cancel := context.WithTimeout(ctx, every)
+			lost, _ := p.co.extendMany(ectx, leases)
+			cancel()
+			for i, l := range lost {
+				if l {
+					held[i].lost.Store(true)
+				}
+			}
 		}
-		t.Stop()
-		look = true
+	}()
+	return func() {
+		close(quit)
+		<-done
 	}
-}
-
-// pollBackOff paces the looks of a caller waiting for a key (or keys)
-// another holds locked: from Poll, growing 1.5 times, jittered, up to a
-// second. MaxWait bounds the wait, not the backoff.
-func (p *Pipeline[V]) pollBackOff() *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.lockCfg.Poll),
-		backoff.WithMultiplier(1.5),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
 }

@@ -508,7 +508,7 @@ func TestGetMany_redis_takesOverADeadHolder(t *testing.T) {
 	})
 	// A holder that took the lock of a and never beats: the lock package
 	// straight, without a watchdog.
-	lease, err := p.rlock.TryAcquire(ctx, "a", 30*time.Second)
+	lease, err := p.locker.TryAcquire(ctx, "a", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,6 +118,8 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	}
 	p.watchWrites(n)
 	p.notifier = n
+	rc := &redisCoord[V]{p: p, n: n}
+	p.co = rc
 	p.closers = append(p.closers, n.Close)
 	if !c.lockOn {
 		return nil
@@ -127,7 +129,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
 	}
-	p.locker, p.rlock = lk, lk
+	p.locker, rc.rl = lk, lk
 	p.closers = append(p.closers, func() error { lk.Wait(); return nil })
 	return nil
 }
