@@ -17,9 +17,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/resilience"
 	"github.com/herdguard/herdguard/telemetry"
