@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/backend/backendtest"
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/resilience"
 )
 
