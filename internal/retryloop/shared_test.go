@@ -16,8 +16,9 @@ import (
 func TestShared(t *testing.T) {
 	// Files whose backoff schedule retries nothing.
 	polls := map[string]bool{
-		"resilience/lock.go": true, // paces the polls of a key another caller holds locked
-		"resilience/many.go": true, // the same, for a batch (lock.go's pollBackOff)
+		// Paces the polls of the keys another caller holds locked, for a
+		// key and for a batch (pollBackOff).
+		"resilience/wait.go": true,
 		// Paces the announcement subscription's reconnections, which go
 		// on until Close; its schedule is a Policy's.
 		"lock/redis_notify.go": true,
