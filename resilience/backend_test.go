@@ -582,3 +582,76 @@ func TestCheck_backendDown_namesTheBackend(t *testing.T) {
 		})
 	}
 }
+
+// beatWatch is a backend whose second Load of a key (the read after its
+// grant) waits until the lease has beaten, or until its context ends: a
+// read stuck behind a burst's other reads.
+type beatWatch struct {
+	m backendtest.Memory
+}
+
+func (b *beatWatch) Open(s resilience.BackendScope) (resilience.Shared, error) {
+	v, err := b.m.Open(s)
+	if err != nil {
+		return nil, err
+	}
+	return &beatWatchView{Shared: v, beat: make(chan struct{}), loads: map[string]int{}}, nil
+}
+
+type beatWatchView struct {
+	resilience.Shared
+	beatOnce sync.Once
+	beat     chan struct{} // closed at the first Extend
+
+	mu    sync.Mutex // guards loads
+	loads map[string]int
+}
+
+func (v *beatWatchView) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*lock.Lease, error) {
+	l, err := v.Shared.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return lock.NewLease(v, lock.Grant{Key: l.Key(), Token: l.Token(), Fence: l.Fence(), TTL: l.TTL(), Heartbeat: l.Every(), TookOver: l.TookOver()}), nil
+}
+
+func (v *beatWatchView) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	v.beatOnce.Do(func() { close(v.beat) })
+	return v.Shared.(lock.Holder).Extend(ctx, key, token, ttl)
+}
+
+func (v *beatWatchView) Release(ctx context.Context, key, token string) error {
+	return v.Shared.(lock.Holder).Release(ctx, key, token)
+}
+
+func (v *beatWatchView) Load(ctx context.Context, key string) ([]byte, error) {
+	v.mu.Lock()
+	v.loads[key]++
+	n := v.loads[key]
+	v.mu.Unlock()
+	if n == 2 {
+		select {
+		case <-v.beat:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return v.Shared.Load(ctx, key)
+}
+
+// TestBackend_leaseBeatsFromItsGrant: a backend reads and locks in two
+// steps, and the read after the grant may wait behind a burst's other
+// reads for longer than a beat: the lease beats meanwhile, so that other
+// processes do not take a live holder for a dead one. (Here the read
+// waits for the beat itself: without it, the read runs out of its
+// operation timeout and the call fails open.)
+func TestBackend_leaseBeatsFromItsGrant(t *testing.T) {
+	p := buildOver(t, resilience.New[string]("beats").Cache(time.Minute).
+		Lock(resilience.LockSettings{Heartbeat: 20 * time.Millisecond}).
+		BackendOptions(resilience.BackendOptions{OpTimeout: 5 * time.Second}).
+		Backend(&beatWatch{}))
+	r, err := p.GetResult(context.Background(), "k", func(context.Context, string) (string, error) { return "v", nil })
+	if err != nil || r.Value != "v" || r.FailedOpen || r.Source != resilience.SourceLoader {
+		t.Fatalf("GetResult = %+v, %v; want v from the loader, not failed open: the lease did not beat during the read after its grant", r, err)
+	}
+}

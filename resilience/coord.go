@@ -109,7 +109,12 @@ type look[V any] struct {
 // steps: the read (read), then, unless the value is fresh, the lock, then
 // (won) a second read, since another process may have written the value
 // in between; a value found then gives the lease back.
-func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, w want, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) (look[V], error) {
+//
+// The lease beats from its grant, on beat (the watchdog's context): the
+// second read may wait behind a burst's other reads for longer than the
+// lease's beat, and a lease that does not beat meanwhile looks dead to
+// other processes, which would take it over and load the key again.
+func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) (look[V], error) {
 	e, f, err := read(ctx, key)
 	if err != nil {
 		return look[V]{}, err // recorded by read
@@ -128,6 +133,7 @@ func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, w want, read
 		}
 		return lk, err
 	}
+	g := hold(beat, lease)
 	e2, f2, err := read(ctx, key)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -137,7 +143,7 @@ func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, w want, read
 	case err != nil:
 		// The backend failed between the grant and now: load, and skip
 		// the write-back, which would fail too.
-		lk.lease, lk.readFailed = lease, err
+		lk.lease, lk.g, lk.readFailed = lease, g, err
 		return lk, nil
 	case w.takes(&e2.Written, f2):
 		p.release(ctx, key, lease)
@@ -145,7 +151,7 @@ func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, w want, read
 	case f2 == cache.Stale:
 		lk.e, lk.f = e2, f2
 	}
-	lk.lease = lease
+	lk.lease, lk.g = lease, g
 	return lk, nil
 }
 
@@ -153,9 +159,8 @@ func (p *Pipeline[V]) lookThenLock(ctx context.Context, key string, w want, read
 // keys at once: a backend's calls of concurrent callers share its
 // statements (PostgreSQL batches them), where one key after another would
 // cost a chunk thousands of sequential round trips. Each lease won beats
-// at once: the chunk's other keys may take longer to look at than the
-// lease's beat, and a lease that does not beat meanwhile looks dead to
-// other processes.
+// from its grant (see lookThenLock) until the batch releases it or ctx
+// ends.
 func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) []look[V] {
 	looks := make([]look[V], len(keys))
 	var g errgroup.Group
@@ -163,11 +168,8 @@ func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read 
 	for i, k := range keys {
 		// Each goroutine writes its own key's look.
 		g.Go(func() error {
-			lk, err := p.lookThenLock(ctx, k, want{}, read)
+			lk, err := p.lookThenLock(ctx, ctx, k, want{}, read)
 			lk.err = err
-			if lk.lease != nil {
-				lk.g = hold(ctx, lk.lease)
-			}
 			looks[i] = lk
 			return nil
 		})

@@ -38,7 +38,9 @@ func (c *backendCoord[V]) read(ctx context.Context, key string) (cache.Entry[V],
 }
 
 func (c *backendCoord[V]) lookOrLock(ctx context.Context, key string, _ bool, w want) (look[V], error) {
-	return c.p.lookThenLock(ctx, key, w, c.read)
+	// The lease outlives the look's caller: the detached load holds
+	// it, and releases it.
+	return c.p.lookThenLock(ctx, context.WithoutCancel(ctx), key, w, c.read)
 }
 
 func (c *backendCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]look[V], error) {

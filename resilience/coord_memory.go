@@ -33,7 +33,9 @@ func (c *memoryCoord[V]) read(_ context.Context, key string) (cache.Entry[V], ca
 }
 
 func (c *memoryCoord[V]) lookOrLock(ctx context.Context, key string, _ bool, w want) (look[V], error) {
-	return c.p.lookThenLock(ctx, key, w, c.read)
+	// The lease outlives the look's caller: the detached load holds
+	// it, and releases it.
+	return c.p.lookThenLock(ctx, context.WithoutCancel(ctx), key, w, c.read)
 }
 
 func (c *memoryCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]look[V], error) {

@@ -27,8 +27,6 @@ type pending[V any] struct {
 	start  time.Time
 	lk     look[V]
 	err    error
-	// g is the grant of lk's lease once its watchdog beats.
-	g *grant
 }
 
 // fetchAlone is a miss without the single-flight: the look, then the
@@ -66,6 +64,9 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 	// Not recoverPanic: a panic must also finish the look and drop pd.
 	defer func() {
 		if v := recover(); v != nil {
+			if pd.lk.lease != nil {
+				p.release(ctx, key, pd.lk.lease) // it beats: give it back
+			}
 			pd, finished, err = pending[V]{}, true, panicked("pipeline", v)
 		}
 	}()

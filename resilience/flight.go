@@ -277,10 +277,11 @@ func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFu
 		return nil, true, ErrClosed
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), p.flightTimeout)
-	if pd.lk.lease != nil {
-		// The lease's watchdog starts now, not when the goroutine below
-		// gets to run: a busy process must not look dead to the others.
-		pd.g = hold(fctx, pd.lk.lease)
+	if pd.lk.lease != nil && pd.lk.g == nil {
+		// The lease's watchdog starts now (unless it beats since its
+		// grant, see lookThenLock), not when the goroutine below gets to
+		// run: a busy process must not look dead to the others.
+		pd.lk.g = hold(fctx, pd.lk.lease)
 	}
 	run := func() {
 		defer p.bg.done()

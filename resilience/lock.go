@@ -41,7 +41,7 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		if lk.readFailed != nil {
 			o.failOpen(lk.readFailed)
 		}
-		return p.holdAndLoad(ctx, key, load, lk.lease, o, pd.g)
+		return p.holdAndLoad(ctx, key, load, lk.lease, o, lk.g)
 	}
 	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // lock.ErrNotAcquired
 }
