@@ -8,7 +8,8 @@
 //	l2.go        L2 reads, the write-back (the commit under a grant)
 //	lock.go      the lock stage: the winner holds and loads; the watchdogs
 //	wait.go      the wait for another holder's value
-//	loader.go    the loader call: breaker, timeout, SetTTL (retry.go: retry)
+//	loader.go    the loader call and its store, for a key and a batch:
+//	             breaker, timeout, SetTTL (retry.go: retry)
 //	fallback.go  the fallback chain: stale copy, default, error
 //	result.go    what a call returns
 //	outcome.go   what a loader's error means to the stages after it
@@ -17,15 +18,16 @@
 // The stages ask the coordination seam (coord.go) for the look that also
 // tries the lock, the commit, releases, extensions and announcements; its
 // adapters are coord_redis.go (Redis), coord_backend.go (any Backend) and
-// coord_memory.go (the embedded default). GetMany (many.go: its entry, the
-// settling of each key, the batch's load) takes the same files: each
-// stage's batch form sits beside its single-key form.
+// coord_memory.go (the embedded default). GetMany (many.go: its entry and
+// the settling of each key) takes the same files: each stage's batch form
+// sits beside its single-key form.
 //
 // Around them: redisguard.go (the Redis breaker, wiring), backend.go and
 // backendwire.go (a Backend in place of Redis, its wiring), redisbatch.go
-// (Redis commands sent in batches), builder.go and build.go (Builder,
-// Build), do.go (Do), write.go (Set, Invalidate), fence.go (Fence), peek.go,
-// stats.go, health.go, logs.go.
+// (Redis commands sent in batches), builder.go, settings.go and build.go
+// (Builder, the settings and their defaults, Build), do.go (Do), write.go
+// (Set, Invalidate), fence.go (Fence), peek.go, stats.go, health.go,
+// logs.go.
 
 package resilience
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -46,6 +47,92 @@ func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFun
 	}
 	o.res.Value = v
 	return nil
+}
+
+// loadBatch calls the loader once for items and stores what it returns:
+// under a lease, with one fenced commit per key (write while the lease
+// holds, release, announce), all in one round trip; without one, a plain
+// write; failed open, in L1 only.
+func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
+	if len(items) == 0 {
+		return
+	}
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = it.key
+	}
+	p.countBatch(ctx, items)
+	stop := p.keepAliveMany(ctx, items)
+	vals, keyErrs, took, err := p.callLoadMany(withFences(ctx, items), keys, load)
+	stop()
+	allNotFound := errors.Is(err, ErrNotFound)
+	if allNotFound {
+		err = nil
+	}
+	var release []*lock.Lease
+	var writes []cache.Write[V]
+	var written []*loadItem
+	entries := make(map[string]cache.Entry[V], len(items))
+	for _, it := range items {
+		out := outs[it.key]
+		out.set = true
+		if it.failOpen != nil {
+			out.o.failOpen(it.failOpen)
+		}
+		kerr := keyErrs[it.key]
+		if err != nil || kerr != nil {
+			out.err = err
+			if err == nil {
+				out.err = kerr
+			}
+			if it.lease != nil {
+				release = append(release, it.lease)
+			}
+			continue
+		}
+		v, ok := vals[it.key]
+		notFound := !ok || allNotFound
+		if notFound && p.negTTL <= 0 {
+			out.o.res = Result[V]{Source: SourceLoader, NotFound: true, FailedOpen: out.o.res.FailedOpen, FailOpenCause: out.o.res.FailOpenCause}
+			out.err = ErrNotFound
+			if it.lease != nil {
+				release = append(release, it.lease)
+			}
+			continue
+		}
+		var fence int64
+		if it.lease != nil {
+			fence = it.lease.Fence()
+		}
+		e := p.newEntry(v, notFound, took, fence)
+		out.o.res.Source = SourceLoader
+		if notFound {
+			out.o.res.NotFound = true
+			out.err = ErrNotFound
+		} else {
+			out.o.res.Value = v
+		}
+		switch {
+		case it.lease != nil && it.lost.Load():
+			p.leaseLost(ctx, nil)
+			release = append(release, it.lease)
+		case p.l2 != nil && !out.o.res.FailedOpen:
+			w := cache.Write[V]{Key: it.key, Entry: e}
+			if it.lease != nil {
+				w.Token, w.Release = it.lease.Token(), true
+			}
+			writes = append(writes, w)
+			written = append(written, it)
+			entries[it.key] = e
+		default:
+			p.fillL1(it.key, e, out.o)
+			if it.lease != nil {
+				release = append(release, it.lease)
+			}
+		}
+	}
+	release = append(release, p.storeMany(ctx, writes, written, outs)...)
+	p.releaseMany(ctx, release)
 }
 
 // newEntry stamps a loaded value with its times.
