@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -52,5 +53,41 @@ func TestTryAcquire_concurrent_shareStatements(t *testing.T) {
 		if l != nil {
 			_ = l.Release(ctx)
 		}
+	}
+}
+
+// TestTryAcquire_ofAHeldKey_locksNoRow: an acquire that finds a live
+// holder answers without locking the key's row, so that the holder's
+// beats and its save never wait for another process's statement of
+// acquires, which holds the rows it locked until it ends. Here that
+// statement stays open in a transaction while the holder beats.
+func TestTryAcquire_ofAHeldKey_locksNoRow(t *testing.T) {
+	f := newFixture(t, Options{})
+	holder := f.open("rows", time.Second)
+	ctx := testCtx(t)
+	lease, err := holder.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lease.Release(ctx) }()
+
+	other := f.backend()
+	tx, err := other.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var i, how int
+	var fence int64
+	err = tx.QueryRow(ctx, other.q.acquireMany, []string{holder.ns}, []string{rowKey("k")}, []string{"another-token"},
+		[]int64{time.Minute.Microseconds()}, []int64{time.Second.Microseconds()}).Scan(&i, &fence, &how)
+	if err != nil || how != 0 {
+		t.Fatalf("acquire of a held key in the open statement: how %d, %v; want 0 (held)", how, err)
+	}
+	// The beat runs while that transaction is still open.
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := lease.Extend(bctx, time.Minute); err != nil {
+		t.Fatalf("the holder's beat beside another process's open acquire of its key: %v; want it through at once", err)
 	}
 }
