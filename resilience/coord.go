@@ -163,11 +163,19 @@ func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want
 // ends.
 func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) []look[V] {
 	looks := make([]look[V], len(keys))
+	panics := make([]*PanicError, len(keys))
 	var g errgroup.Group
 	g.SetLimit(eachLimit)
 	for i, k := range keys {
-		// Each goroutine writes its own key's look.
+		// Each goroutine writes its own key's look, or its panic (a
+		// backend's), which goes on in the caller's goroutine: a panic
+		// on a goroutine of its own would end the process.
 		g.Go(func() error {
+			defer func() {
+				if v := recover(); v != nil {
+					panics[i] = panicked("pipeline", v)
+				}
+			}()
 			lk, err := p.lookThenLock(ctx, ctx, k, want{}, read)
 			lk.err = err
 			looks[i] = lk
@@ -175,7 +183,24 @@ func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read 
 		})
 	}
 	_ = g.Wait()
+	for i, pe := range panics {
+		if pe != nil {
+			p.releaseMany(ctx, leasesOf(looks))
+			panic(panics[i])
+		}
+	}
 	return looks
+}
+
+// leasesOf is the leases the looks won.
+func leasesOf[V any](looks []look[V]) []*lock.Lease {
+	var ls []*lock.Lease
+	for _, lk := range looks {
+		if lk.lease != nil {
+			ls = append(ls, lk.lease)
+		}
+	}
+	return ls
 }
 
 // eachLimit bounds the keys lookThenLockMany looks at at once.

@@ -49,14 +49,16 @@ func (e *ConfigError) Error() string {
 
 // PanicError is the error every waiter gets when the loader or a
 // fallback's Default panics, or the pipeline's own code does (a bug to
-// report). The process does not crash. A panic elsewhere in the user's
+// report; a [Backend]'s panic under a look is reported so too). The
+// process does not crash. A panic elsewhere in the user's
 // code is not one: in an IsFailure hook it counts the error as a failure,
 // in Retryable it ends the retries, in a Codec it is a codec error
 // (cache.ErrCodec: the value is served, not stored), in an OnBreakerChange
 // callback it is dropped.
 type PanicError struct {
 	// Stage says what panicked: "loader", "default" (a fallback's
-	// Default), or "pipeline" (the pipeline's own code).
+	// Default), or "pipeline" (the pipeline's own code, or a Backend's
+	// under it).
 	Stage string
 	Value any    // what it panicked with
 	Stack []byte // the panicking goroutine's stack
@@ -91,8 +93,13 @@ func callHook(stage string, fn func()) (err error) {
 }
 
 // panicked is the [*PanicError] of a panic of the named stage, with the
-// stack of the goroutine that recovered it.
+// stack of the goroutine that recovered it. A *PanicError panicked with
+// again (a panic carried from a goroutine of the call to the caller's, see
+// lookThenLockMany) is returned as it is.
 func panicked(stage string, v any) *PanicError {
+	if pe, ok := v.(*PanicError); ok {
+		return pe
+	}
 	return &PanicError{Stage: stage, Value: v, Stack: debug.Stack()}
 }
 

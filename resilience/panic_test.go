@@ -10,7 +10,7 @@ import (
 // TestPanicError_stages: a panicking loader is a PanicError of stage
 // "loader", a panicking Default one of stage "default". (A panicking
 // Codec is a codec error, ErrCodec: the value is served and not stored;
-// "pipeline", the third stage, is a panic of the pipeline's own code.)
+// "pipeline", the third stage, is TestPanicError_pipelineStage's.)
 func TestPanicError_stages(t *testing.T) {
 	ctx := context.Background()
 	boom := func(context.Context, string) (string, error) { panic("loader boom") }
