@@ -23,11 +23,14 @@
 // sits beside its single-key form.
 //
 // Around them: redisguard.go (the Redis breaker, wiring), backend.go and
-// backendwire.go (a Backend in place of Redis, its wiring), redisbatch.go
-// (Redis commands sent in batches), builder.go, settings.go and build.go
-// (Builder, the settings and their defaults, Build), do.go (Do), write.go
-// (Set, Invalidate), fence.go (Fence), peek.go, stats.go, health.go,
-// logs.go.
+// backendwire.go (a Backend in place of Redis, its wiring), builder.go,
+// settings.go and build.go (Builder, the settings and their defaults,
+// Build), do.go (Do), write.go (Set, Invalidate), fence.go (Fence),
+// peek.go, stats.go, health.go, logs.go.
+//
+// The mechanisms that are not stages live in internal packages of their
+// own: internal/redisbatch (the Redis commands of a moment sent in
+// batches).
 
 package resilience
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/internal/redisbatch"
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
@@ -434,8 +435,8 @@ func TestGetMany_redis_roundTrips(t *testing.T) {
 	}
 	// The write-back's round trip may still be under way when a release
 	// goes out on its own goroutine; none is needed here. Each goes out
-	// in batches of at most maxBatch commands.
-	perPhase := int64((len(keys) + maxBatch - 1) / maxBatch)
+	// in batches of at most redisbatch.MaxBatch commands.
+	perPhase := int64((len(keys) + redisbatch.MaxBatch - 1) / redisbatch.MaxBatch)
 	if trips != 2*perPhase {
 		t.Errorf("cold batch: %d round trips, want %d (the look, the write-back, %d each)", trips, 2*perPhase, perPhase)
 	}
