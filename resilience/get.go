@@ -29,8 +29,9 @@
 // peek.go, stats.go, health.go, logs.go.
 //
 // The mechanisms that are not stages live in internal packages of their
-// own: internal/redisbatch (the Redis commands of a moment sent in
-// batches).
+// own: internal/flight (the group of flights that the single-flight stage
+// leads and joins) and internal/redisbatch (the Redis commands of a moment
+// sent in batches).
 
 package resilience
 

@@ -304,12 +304,7 @@ func TestGetMany_joinsLoadsInFlight(t *testing.T) {
 		}
 		got <- r
 	}()
-	waitFor(t, func() bool {
-		p.group.mu.Lock()
-		defer p.group.mu.Unlock()
-		f := p.group.m["d"]
-		return f != nil && f.done != nil // a joiner waits on done
-	})
+	waitFor(t, func() bool { return p.group.Waited("d") }) // a joiner waits on done
 	close(lm.gate)
 	if r := <-got; r.Value != "v:d" || r.Source != SourceCoalesced {
 		t.Errorf("Get d: %+v, want GetMany's value, coalesced", r)
