@@ -10,6 +10,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redisbatch"
+	"github.com/herdguard/herdguard/internal/slotreload"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -26,8 +27,8 @@ type redisGuard struct {
 	br        *breaker.Breaker
 	opTimeout time.Duration
 	deadline  bool
-	check     checkTarget   // what Check looks at
-	slots     *slotReloader // a Cluster client's slot map reload; nil otherwise
+	check     checkTarget          // what Check looks at
+	slots     *slotreload.Reloader // a Cluster client's slot map reload; nil otherwise
 }
 
 // guard runs one Redis operation through g. A nil g (the embedded
@@ -64,7 +65,7 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 		}
 		switch classify(ctx, err) {
 		case errInfra:
-			g.slots.failed()
+			g.slots.Failed()
 			return err
 		case errCanceled:
 			return breaker.Ignore
@@ -72,7 +73,7 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 		return nil // a reply: Redis answered
 	})
 	if !ran {
-		g.slots.failed()
+		g.slots.Failed()
 		var zero T
 		return zero, refused
 	}
@@ -99,7 +100,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	if err != nil {
 		return err
 	}
-	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout, slots: newSlotReloader(c.redis),
+	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout, slots: slotreload.New(c.redis),
 		check: checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}}
 	// The cache and the lock send their commands through one batcher,
 	// whose own timeout is the operation timeout: guard leaves it to the
