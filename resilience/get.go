@@ -31,8 +31,9 @@
 // The mechanisms that are not stages live in internal packages of their
 // own: internal/flight (the group of flights that the single-flight stage
 // leads and joins), internal/redisbatch (the Redis commands of a moment
-// sent in batches) and internal/slotreload (a Cluster client's slot map
-// reloaded when Redis operations fail).
+// sent in batches), internal/slotreload (a Cluster client's slot map
+// reloaded when Redis operations fail) and internal/aclcheck (what
+// check.go's Check asks Redis's ACL).
 
 package resilience
 
