@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/internal/aclcheck"
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
@@ -35,65 +36,29 @@ func TestCheck_embeddedDefault(t *testing.T) {
 	}
 }
 
+// TestCheck_redis: Check passes for a user that may do what the pipeline
+// sends, and answers with a *CheckError naming the pipeline, never a key,
+// for one that may not (the probes themselves: package internal/aclcheck).
 func TestCheck_redis(t *testing.T) {
 	srv := redistest.Start(t)
-	all := []string{"~*", "&*", "+@all"}
-	cases := []struct {
-		name    string
-		lock    bool
-		client  func() *redis.Client
-		missing []string // nil: Check passes
-		problem string   // part of the message
-	}{
-		{name: "default user, lock", lock: true, client: func() *redis.Client { return srv.Client() }},
-		{name: "all granted, lock", lock: true, client: func() *redis.Client { return aclUser(t, srv, "ok", all...) }},
-		{name: "no PUBLISH, no lock: not needed", client: func() *redis.Client { return aclUser(t, srv, "nopub1", append(all, "-publish")...) }},
-		{name: "no PUBLISH, lock", lock: true,
-			client:  func() *redis.Client { return aclUser(t, srv, "nopub2", append(all, "-publish")...) },
-			missing: []string{"PUBLISH on the announcement channel"}, problem: "+publish"},
-		{name: "no SUBSCRIBE, lock", lock: true,
-			client:  func() *redis.Client { return aclUser(t, srv, "nosub", append(all, "-subscribe")...) },
-			missing: []string{"SUBSCRIBE on the announcement channel"}, problem: "+subscribe"},
-		{name: "no EVALSHA", client: func() *redis.Client { return aclUser(t, srv, "nosha", append(all, "-evalsha")...) },
-			missing: []string{"EVALSHA"}, problem: "+evalsha"},
-		{name: "no HSET, no TIME, lock", lock: true,
-			client:  func() *redis.Client { return aclUser(t, srv, "nohset", append(all, "-hset", "-time")...) },
-			missing: []string{"HSET", "HSET on the lock keys", "TIME"}, problem: "+hset +time"},
-		{name: "other keys only", client: func() *redis.Client { return aclUser(t, srv, "nokeys", "~other:*", "&*", "+@all") },
-			missing: []string{"access to the pipeline's keys"}, problem: "~hg:*"},
-		{name: "other channels only, lock", lock: true,
-			client:  func() *redis.Client { return aclUser(t, srv, "nochan", "~*", "resetchannels", "&other", "+@all") },
-			missing: []string{"PUBLISH on the announcement channel", "SUBSCRIBE on the announcement channel"}, problem: "&hg:*"},
-		{name: "wrong password", client: func() *redis.Client {
-			aclUser(t, srv, "pw", all...)
-			return srv.Client(func(o *redis.Options) { o.Username, o.Password, o.MaxRetries = "pw", "wrong", -1 })
-		}, missing: []string{}, problem: "credentials"},
+	if err := build(t, New[string]("chk").Cache(time.Minute).Redis(srv.Client()).Lock(LockSettings{})).Check(context.Background()); err != nil {
+		t.Fatalf("Check as the default user = %v, want nil", err)
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			b := New[string]("chk").Cache(time.Minute).Redis(tc.client())
-			if tc.lock {
-				b = b.Lock(LockSettings{})
-			}
-			err := build(t, b).Check(context.Background())
-			if tc.missing == nil {
-				if err != nil {
-					t.Fatalf("Check = %v, want nil", err)
-				}
-				return
-			}
-			var ce *CheckError
-			if !errors.As(err, &ce) {
-				t.Fatalf("Check = %v, want a *CheckError", err)
-			}
-			if !slices.Equal(ce.Missing, tc.missing) && !(len(tc.missing) == 0 && ce.Missing == nil) {
-				t.Fatalf("missing %q, want %q (%v)", ce.Missing, tc.missing, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tc.problem) || !strings.Contains(msg, `pipeline "chk"`) ||
-				strings.Contains(msg, "{") || strings.Contains(msg, probeKey) {
-				t.Fatalf("message %q: want %q and the pipeline's name, and no key", msg, tc.problem)
-			}
-		})
+	client := aclUser(t, srv, "nopub", "~*", "&*", "+@all", "-publish")
+	if err := build(t, New[string]("chk").Cache(time.Minute).Redis(client)).Check(context.Background()); err != nil {
+		t.Fatalf("Check without PUBLISH, without Lock = %v, want nil", err)
+	}
+	err := build(t, New[string]("chk").Cache(time.Minute).Redis(client).Lock(LockSettings{})).Check(context.Background())
+	var ce *CheckError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Check = %v, want a *CheckError", err)
+	}
+	if want := []string{"PUBLISH on the announcement channel"}; !slices.Equal(ce.Missing, want) || ce.Backend != redisName || ce.Pipeline != "chk" {
+		t.Fatalf("Check = %+v, want Redis, pipeline chk, missing %q", ce, want)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "+publish") || !strings.Contains(msg, `pipeline "chk"`) ||
+		strings.Contains(msg, "{") || strings.Contains(msg, aclcheck.ProbeKey) {
+		t.Fatalf("message %q: want +publish and the pipeline's name, and no key", msg)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -200,59 +199,4 @@ func since(tr *transitions, t0 time.Time) string {
 		fmt.Fprintf(&b, "%s>%s at %v; ", x.from, x.to, x.at.Sub(t0).Round(time.Millisecond))
 	}
 	return b.String()
-}
-
-// reloadCounter counts the slot map reloads it is asked for.
-type reloadCounter struct{ n atomic.Int64 }
-
-func (c *reloadCounter) ReloadState(context.Context) { c.n.Add(1) }
-
-// TestSlotReloader_rateLimited checks that failures ask for a reload at
-// once, then at most once per slotReloadEvery, however many callers fail.
-func TestSlotReloader_rateLimited(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := &reloadCounter{}
-		r := &slotReloader{client: c, start: time.Now()}
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for range 100 {
-					r.failed()
-					time.Sleep(slotReloadEvery / 20)
-				}
-			})
-		}
-		wg.Wait()
-		// 100 steps of slotReloadEvery/20: 5 periods, a reload at the
-		// start of each.
-		if got := c.n.Load(); got != 5 {
-			t.Errorf("%d reloads over 5 periods of failures, want 5", got)
-		}
-		time.Sleep(slotReloadEvery)
-		r.failed()
-		if got := c.n.Load(); got != 6 {
-			t.Errorf("%d reloads after a quiet period, want 6", got)
-		}
-	})
-}
-
-// TestNewSlotReloader_clusterClientsOnly checks that only a Cluster client
-// gets a reloader, and that a nil reloader does nothing.
-func TestNewSlotReloader_clusterClientsOnly(t *testing.T) {
-	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"})
-	defer single.Close()
-	if r := newSlotReloader(single); r != nil {
-		t.Errorf("a single-node client got a reloader")
-	}
-	var typedNil *redis.ClusterClient
-	if r := newSlotReloader(typedNil); r != nil {
-		t.Errorf("a nil *redis.ClusterClient got a reloader")
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:0"}})
-	defer cc.Close()
-	if r := newSlotReloader(cc); r == nil {
-		t.Errorf("a cluster client got no reloader")
-	}
-	var none *slotReloader
-	none.failed()
 }

@@ -3,140 +3,31 @@ package resilience
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	sflight "github.com/herdguard/herdguard/internal/flight"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
 // flightGroup runs one shared load per key in this process: the
-// single-flight stage.
-//
-// It takes the place of golang.org/x/sync/singleflight, whose Do holds
-// every joiner until the load ends, whatever its context says, and whose
-// DoChan, which lets a joiner leave, runs each leader on a goroutine of
-// its own: an L2 hit then paid a goroutine, a hand-off between
-// goroutines and a context of its own. Here the leader runs on its
+// single-flight stage (package internal/flight). The leader runs on its
 // caller's goroutine for as long as no load is needed (L1 again, the look
 // at Redis), so a look that finds the value costs nothing more than the
 // look. A load, or a wait for another process's, runs on a goroutine of
 // its own, detached from the caller's context, under the flight's own
-// deadline: any caller whose context ends, the leader too, returns at
-// once, and the load goes on for the others.
-type flightGroup[V any] struct {
-	mu sync.Mutex // guards m and each flight's done
-	m  map[string]*flight[V]
-}
+// deadline (see handOff): any caller whose context ends, the leader too,
+// returns at once, and the load goes on for the others.
+type flightGroup[V any] = sflight.Group[outcome[V]]
 
-// flight is one shared load.
-type flight[V any] struct {
-	o    outcome[V] // the leader's outcome; val points at it
-	val  any        // *outcome[V], set before done is closed
-	err  error
-	done chan struct{} // made by the first caller that waits; closed at the end
-	// hooks hear the result of a flight that a batch joined (see lead).
-	hooks []func(val any, err error)
-}
-
-// join returns key's flight under way, and true, or starts one, and false:
-// the caller leads it and must end it.
-func (g *flightGroup[V]) join(key string) (*flight[V], bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if f, ok := g.m[key]; ok {
-		if f.done == nil {
-			f.done = make(chan struct{})
-		}
-		return f, true
-	}
-	if g.m == nil {
-		g.m = make(map[string]*flight[V])
-	}
-	f := &flight[V]{}
-	g.m[key] = f
-	return f, false
-}
-
-// underway returns key's flight if one is under way, nil if none is; the
-// caller then waits for it (see [Pipeline.joinUnderway]).
-func (g *flightGroup[V]) underway(key string) *flight[V] {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	f := g.m[key]
-	if f != nil && f.done == nil {
-		f.done = make(chan struct{})
-	}
-	return f
-}
-
-// waitable returns f's done channel, making it if nobody has.
-func (g *flightGroup[V]) waitable(f *flight[V]) chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if f.done == nil {
-		f.done = make(chan struct{})
-	}
-	return f.done
-}
-
-// end records f's result and wakes whoever waits for it.
-func (g *flightGroup[V]) end(key string, f *flight[V], val any, err error) {
-	g.mu.Lock()
-	f.val, f.err = val, err
-	if g.m[key] == f {
-		delete(g.m, key)
-	}
-	done, hooks := f.done, f.hooks
-	f.hooks = nil
-	g.mu.Unlock()
-	if done != nil {
-		close(done)
-	}
-	for _, h := range hooks {
-		h(val, err)
-	}
-}
-
-// lead makes the caller the leader of key's flight, which it ends with
-// end, unless a flight of key is under way: then hook hears that flight's
-// result when it ends, and lead returns false. A batch learns this way,
-// without a goroutine per key, which keys it loads and which it joins.
-// hook must not block.
-func (g *flightGroup[V]) lead(key string, hook func(val any, err error)) (*flight[V], bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if f, ok := g.m[key]; ok {
-		f.hooks = append(f.hooks, hook)
-		return f, false
-	}
-	if g.m == nil {
-		g.m = make(map[string]*flight[V])
-	}
-	f := &flight[V]{}
-	g.m[key] = f
-	return f, true
-}
+// flight is one shared load; its value is its leader's outcome, a
+// *outcome[V] that points at the flight's own (see joined).
+type flight[V any] = sflight.Call[outcome[V]]
 
 // errFlightExited is the error of a shared load whose goroutine exited
 // (runtime.Goexit) before it returned.
 var errFlightExited = errors.New("resilience: shared load exited before it returned")
-
-// Do runs fn as key's flight, or waits for the flight under way and
-// returns its result, with shared set: singleflight's Do, for the
-// background refresh, whose flight a caller may join and which may join
-// a caller's.
-func (g *flightGroup[V]) Do(key string, fn func() (any, error)) (v any, err error, shared bool) {
-	f, joined := g.join(key)
-	if joined {
-		<-f.done
-		return f.val, f.err, true
-	}
-	defer func() { g.end(key, f, v, err) }()
-	v, err = fn()
-	return v, err, false
-}
 
 // joinFlight runs the shared load of key, or joins the one running. A
 // caller whose ctx ends returns at once, with a nil outcome; the shared
@@ -150,21 +41,21 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		sctx, sp = p.tel.Start(ctx, telemetry.SpanSingleFlight)
 		defer sp.End()
 	}
-	f, isJoiner := p.group.join(key)
+	f, isJoiner := p.group.Join(key)
 	var done chan struct{}
 	if isJoiner {
-		done = f.done
+		done = f.Done()
 	} else {
-		pd, finished, err := p.fetchLook(sctx, key, load, &f.o, hint)
+		pd, finished, err := p.fetchLook(sctx, key, load, f.Outcome(), hint)
 		if !finished {
 			done, finished, err = p.handOff(ctx, sctx, key, load, f, pd)
 		}
 		if finished {
-			p.group.end(key, f, &f.o, err)
+			p.group.End(key, f, f.Outcome(), err)
 			if sp != nil {
-				sharedSpan(sp, false, &f.o)
+				sharedSpan(sp, false, f.Outcome())
 			}
-			return &f.o, err
+			return f.Outcome(), err
 		}
 	}
 	select {
@@ -179,7 +70,8 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 	if sp != nil {
 		sharedSpan(sp, isJoiner, o)
 	}
-	return o, f.err
+	_, err := f.Result()
+	return o, err
 }
 
 // underway returns key's shared load when a call that found L1 holding
@@ -190,7 +82,7 @@ func (p *Pipeline[V]) underway(key string, f cache.Freshness) *flight[V] {
 	if f != cache.Miss || p.group == nil || p.tel.Tracing() {
 		return nil
 	}
-	return p.group.underway(key)
+	return p.group.Underway(key)
 }
 
 // joinUnderway waits for key's shared load under way (f) and returns its
@@ -207,12 +99,13 @@ func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, f *flight[V]
 		err := ctx.Err()
 		countCall(&p.stats, &Result[V]{}, err)
 		return Result[V]{}, err
-	case <-f.done:
+	case <-f.Done():
 	}
-	if o, _ := f.val.(*outcome[V]); o != nil && (f.err == nil || o.res.NotFound) {
+	val, ferr := f.Result()
+	if o, _ := val.(*outcome[V]); o != nil && (ferr == nil || o.res.NotFound) {
 		r := coalesced(o.res)
-		p.finishCall(ctx, nil, &r, f.err)
-		return r, f.err
+		p.finishCall(ctx, nil, &r, ferr)
+		return r, ferr
 	}
 	return p.joinedFailed(ctx, key, f)
 }
@@ -220,7 +113,8 @@ func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, f *flight[V]
 // joinedFailed is joinUnderway's end when the shared load failed: the
 // fallback chain, as a miss's.
 func (p *Pipeline[V]) joinedFailed(ctx context.Context, key string, f *flight[V]) (Result[V], error) {
-	r, err := p.settleMiss(ctx, key, joined(f, true), f.err, cache.Entry[V]{}, false, true)
+	_, ferr := f.Result()
+	r, err := p.settleMiss(ctx, key, joined(f, true), ferr, cache.Entry[V]{}, false, true)
 	p.finishCall(ctx, nil, &r, err)
 	return r, err
 }
@@ -228,7 +122,8 @@ func (p *Pipeline[V]) joinedFailed(ctx context.Context, key string, f *flight[V]
 // joined returns f's outcome, once f has ended: for a joiner, a copy of
 // its own to relabel.
 func joined[V any](f *flight[V], joiner bool) *outcome[V] {
-	o, _ := f.val.(*outcome[V]) // fetch's outcome, even after a panic
+	val, _ := f.Result()
+	o, _ := val.(*outcome[V]) // fetch's outcome, even after a panic
 	if o == nil {
 		o = &outcome[V]{}
 	}
@@ -286,9 +181,9 @@ func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFu
 	run := func() {
 		defer p.bg.done()
 		defer cancel()
-		p.group.end(key, f, &f.o, p.fetchLoad(fctx, key, load, &f.o, &pd))
+		p.group.End(key, f, f.Outcome(), p.fetchLoad(fctx, key, load, f.Outcome(), &pd))
 	}
-	done = p.group.waitable(f)
+	done = p.group.Waitable(f)
 	if ctx.Done() == nil {
 		run()
 		return done, false, nil

@@ -23,11 +23,17 @@
 // sits beside its single-key form.
 //
 // Around them: redisguard.go (the Redis breaker, wiring), backend.go and
-// backendwire.go (a Backend in place of Redis, its wiring), redisbatch.go
-// (Redis commands sent in batches), builder.go, settings.go and build.go
-// (Builder, the settings and their defaults, Build), do.go (Do), write.go
-// (Set, Invalidate), fence.go (Fence), peek.go, stats.go, health.go,
-// logs.go.
+// backendwire.go (a Backend in place of Redis, its wiring), builder.go,
+// settings.go and build.go (Builder, the settings and their defaults,
+// Build), do.go (Do), write.go (Set, Invalidate), fence.go (Fence),
+// peek.go, stats.go, health.go, logs.go.
+//
+// The mechanisms that are not stages live in internal packages of their
+// own: internal/flight (the group of flights that the single-flight stage
+// leads and joins), internal/redisbatch (the Redis commands of a moment
+// sent in batches), internal/slotreload (a Cluster client's slot map
+// reloaded when Redis operations fail) and internal/aclcheck (what
+// check.go's Check asks Redis's ACL).
 
 package resilience
 

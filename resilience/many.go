@@ -173,7 +173,7 @@ func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []str
 		ours = nil
 		led = make(map[string]*flight[V])
 		for _, k := range misses {
-			f, mine := p.group.lead(k, func(val any, err error) {
+			f, mine := p.group.Lead(k, func(val any, err error) {
 				o, _ := val.(*outcome[V])
 				answers <- answer[V]{key: k, o: o, err: err, joined: true}
 			})
@@ -188,7 +188,7 @@ func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []str
 			for _, k := range ours {
 				out := outs[k]
 				if f := led[k]; f != nil {
-					p.group.end(k, f, out.o, out.err)
+					p.group.End(k, f, out.o, out.err)
 				}
 				answers <- answer[V]{key: k, o: out.o, err: out.err}
 			}

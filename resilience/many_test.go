@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/internal/redisbatch"
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
@@ -303,12 +304,7 @@ func TestGetMany_joinsLoadsInFlight(t *testing.T) {
 		}
 		got <- r
 	}()
-	waitFor(t, func() bool {
-		p.group.mu.Lock()
-		defer p.group.mu.Unlock()
-		f := p.group.m["d"]
-		return f != nil && f.done != nil // a joiner waits on done
-	})
+	waitFor(t, func() bool { return p.group.Waited("d") }) // a joiner waits on done
 	close(lm.gate)
 	if r := <-got; r.Value != "v:d" || r.Source != SourceCoalesced {
 		t.Errorf("Get d: %+v, want GetMany's value, coalesced", r)
@@ -434,8 +430,8 @@ func TestGetMany_redis_roundTrips(t *testing.T) {
 	}
 	// The write-back's round trip may still be under way when a release
 	// goes out on its own goroutine; none is needed here. Each goes out
-	// in batches of at most maxBatch commands.
-	perPhase := int64((len(keys) + maxBatch - 1) / maxBatch)
+	// in batches of at most redisbatch.MaxBatch commands.
+	perPhase := int64((len(keys) + redisbatch.MaxBatch - 1) / redisbatch.MaxBatch)
 	if trips != 2*perPhase {
 		t.Errorf("cold batch: %d round trips, want %d (the look, the write-back, %d each)", trips, 2*perPhase, perPhase)
 	}

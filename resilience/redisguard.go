@@ -9,14 +9,16 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/redisbatch"
+	"github.com/herdguard/herdguard/internal/slotreload"
 	"github.com/herdguard/herdguard/lock"
 )
 
 // redisGuard bounds the pipeline's Redis operations: a breaker that opens
-// on a failure rate, and the operation timeout, which the [batcher] that
-// carries the commands applies from when their round trip starts, so that
-// it measures Redis and never the time a burst's commands spent waiting
-// for their batch. Operations run on the caller's goroutine.
+// on a failure rate, and the operation timeout, which the batcher that
+// carries the commands (package internal/redisbatch) applies from when
+// their round trip starts, so that it measures Redis and never the time a
+// burst's commands spent waiting for their batch. Operations run on the caller's goroutine.
 //
 // The same guard bounds the operations on a [Backend], whose calls carry
 // no batcher: deadline says so, and each operation then runs under
@@ -25,8 +27,8 @@ type redisGuard struct {
 	br        *breaker.Breaker
 	opTimeout time.Duration
 	deadline  bool
-	check     checkTarget   // what Check looks at
-	slots     *slotReloader // a Cluster client's slot map reload; nil otherwise
+	check     checkTarget          // what Check looks at
+	slots     *slotreload.Reloader // a Cluster client's slot map reload; nil otherwise
 }
 
 // guard runs one Redis operation through g. A nil g (the embedded
@@ -55,7 +57,7 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 			// The timeout travels with the command into its batch (see
 			// batcher), which starts counting it when the round trip
 			// does, in place of what is left of ctx's deadline.
-			v, err = op(context.WithValue(ctx, budgetKey{}, &g.opTimeout))
+			v, err = op(redisbatch.WithBudget(ctx, &g.opTimeout))
 		} else {
 			// Without a deadline, the batcher gives the command its own
 			// timeout, which is the operation timeout.
@@ -63,7 +65,7 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 		}
 		switch classify(ctx, err) {
 		case errInfra:
-			g.slots.failed()
+			g.slots.Failed()
 			return err
 		case errCanceled:
 			return breaker.Ignore
@@ -71,7 +73,7 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 		return nil // a reply: Redis answered
 	})
 	if !ran {
-		g.slots.failed()
+		g.slots.Failed()
 		var zero T
 		return zero, refused
 	}
@@ -98,12 +100,12 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	if err != nil {
 		return err
 	}
-	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout, slots: newSlotReloader(c.redis),
+	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout, slots: slotreload.New(c.redis),
 		check: checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}}
 	// The cache and the lock send their commands through one batcher,
 	// whose own timeout is the operation timeout: guard leaves it to the
 	// batcher when the caller's context has no deadline.
-	batch := newBatcher(c.redis, o.OpTimeout)
+	batch := redisbatch.New(c.redis, o.OpTimeout)
 	l2, err := cache.NewRedis[V](batch, cache.RedisOptions{
 		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec, Encrypt: o.Encrypt,
 		OnCorrupt: p.l2Corrupt,

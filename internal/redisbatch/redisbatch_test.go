@@ -1,4 +1,4 @@
-package resilience
+package redisbatch
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
-func batcherOn(t *testing.T, srv *redistest.Server, timeout time.Duration) (*batcher, *tripCounter, *redis.Client) {
+func batcherOn(t *testing.T, srv *redistest.Server, timeout time.Duration) (*Batcher, *tripCounter, *redis.Client) {
 	t.Helper()
 	rdb := srv.Client()
 	tc := new(tripCounter)
@@ -26,7 +26,7 @@ func batcherOn(t *testing.T, srv *redistest.Server, timeout time.Duration) (*bat
 	}
 	tc.trips.Store(0)
 	tc.cmds.Store(0)
-	return newBatcher(rdb, timeout), tc, rdb
+	return New(rdb, timeout), tc, rdb
 }
 
 // TestBatcher_loneCommandGoesAloneAtOnce: with nothing in flight, a

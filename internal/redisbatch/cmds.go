@@ -1,4 +1,4 @@
-package resilience
+package redisbatch
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The commands that the [batcher] carries for packages cache and lock.
+// The commands that the [Batcher] carries for packages cache and lock.
 
 // eval sends an EVAL-family command. name is any, so that the constant
 // names of the callers are boxed at compile time.
-func (b *batcher) eval(ctx context.Context, name any, payload string, keys []string, args []any) *redis.Cmd {
+func (b *Batcher) eval(ctx context.Context, name any, payload string, keys []string, args []any) *redis.Cmd {
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, name, payload, len(keys))
 	for _, k := range keys {
@@ -27,28 +27,28 @@ func (b *batcher) eval(ctx context.Context, name any, payload string, keys []str
 }
 
 // Eval implements redis.Scripter.
-func (b *batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+func (b *Batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	return b.eval(ctx, "eval", script, keys, args)
 }
 
 // EvalSha implements redis.Scripter.
-func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+func (b *Batcher) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	return b.eval(ctx, "evalsha", sha, keys, args)
 }
 
 // EvalRO implements redis.Scripter.
-func (b *batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+func (b *Batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	return b.eval(ctx, "eval_ro", script, keys, args)
 }
 
 // EvalShaRO implements redis.Scripter.
-func (b *batcher) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+func (b *Batcher) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	return b.eval(ctx, "evalsha_ro", sha, keys, args)
 }
 
 // ScriptExists implements redis.Scripter, unbatched: it is not on any path
 // of the pipeline's.
-func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+func (b *Batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
 	return b.client.ScriptExists(ctx, hashes...)
 }
 
@@ -56,7 +56,7 @@ func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.Boo
 // loads the script into every primary): package rscript loads a script
 // with it once Redis answered NOSCRIPT. Like a batch, the load runs on a
 // goroutine of its own, and the caller waits for it at most its budget.
-func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+func (b *Batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
 	budget := b.budget(ctx)
 	done := make(chan *redis.StringCmd, 1)
 	go func() {
@@ -83,7 +83,7 @@ func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCm
 }
 
 // HGet is the read of an L2 value.
-func (b *batcher) HGet(ctx context.Context, key, field string) *redis.StringCmd {
+func (b *Batcher) HGet(ctx context.Context, key, field string) *redis.StringCmd {
 	cmd := redis.NewStringCmd(ctx, "hget", key, field)
 	if err := b.process(ctx, cmd); err != nil {
 		cmd = redis.NewStringCmd(ctx, "hget", key, field)
@@ -93,7 +93,7 @@ func (b *batcher) HGet(ctx context.Context, key, field string) *redis.StringCmd 
 }
 
 // Del is Invalidate's delete.
-func (b *batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
+func (b *Batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
 	args := make([]any, 0, 1+len(keys))
 	args = append(args, "del")
 	for _, k := range keys {
@@ -108,7 +108,7 @@ func (b *batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
 }
 
 // PTTL is the lock's Inspect.
-func (b *batcher) PTTL(ctx context.Context, key string) *redis.DurationCmd {
+func (b *Batcher) PTTL(ctx context.Context, key string) *redis.DurationCmd {
 	cmd := redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key)
 	if err := b.process(ctx, cmd); err != nil {
 		cmd = redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key)
@@ -118,13 +118,13 @@ func (b *batcher) PTTL(ctx context.Context, key string) *redis.DurationCmd {
 }
 
 // ProcessBatch sends cmds with the next batches (a batch read's or
-// write's commands go out pipelined, in batches of at most maxBatch, each
+// write's commands go out pipelined, in batches of at most MaxBatch, each
 // with its own budget from when it is sent) and waits for their results.
 // It returns errNoReply when Redis did not answer in time (see
-// [batcher]), or ctx's error when ctx ends first; the commands then belong
+// [Batcher]), or ctx's error when ctx ends first; the commands then belong
 // to the batches. Packages cache and lock send their batches through it
 // (internal/rscript).
-func (b *batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
+func (b *Batcher) ProcessBatch(ctx context.Context, cmds []redis.Cmder) error {
 	if len(cmds) == 0 {
 		return nil
 	}

@@ -1,4 +1,14 @@
-package resilience
+// Package redisbatch sends the Redis commands that callers issue at the
+// same moment as pipelined round trips (auto-pipelining): a burst of a
+// thousand cold keys then costs Redis a few deep pipelines instead of a
+// thousand round trips queued behind a pool of twenty connections.
+//
+// A [Batcher] implements the narrow clients of package cache and package
+// lock (Scripter, HGet, Del, PTTL, and ProcessBatch for package
+// internal/rscript), so both run their commands through it unchanged;
+// their scripts go by SHA, loaded once on NOSCRIPT. [WithBudget] gives a
+// command the time it may take once its round trip starts.
+package redisbatch
 
 import (
 	"context"
@@ -10,15 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher sends the Redis commands that the pipeline's callers issue at
-// the same moment as pipelined round trips (auto-pipelining). A burst of a
-// thousand cold keys then costs Redis a few deep pipelines instead of a
-// thousand round trips queued behind a pool of twenty connections.
-//
-// It implements the narrow clients of package cache and package lock
-// (Scripter, HGet, Del, PTTL), so both run their commands through it
-// unchanged; their scripts go by SHA, loaded once on NOSCRIPT (package
-// internal/rscript).
+// Batcher sends the commands of its callers in batches.
 //
 // The round trips run on at most maxSenders goroutines, never on a
 // caller's, so that a caller can stop waiting for Redis whatever go-redis
@@ -27,7 +29,7 @@ import (
 // operation timeout, more for a release) from when its batch is sent,
 // and a batch waiting its turn behind the batcher's others at a busy
 // Redis is not cut short while Redis answers them (see overdue); a batch
-// carries at most maxBatch commands, so a request's own size never spends
+// carries at most [MaxBatch] commands, so a request's own size never spends
 // the budget. A command still queued waits for a sender (the queue of a
 // burst is not a slow Redis), and fails at once while every sender waits
 // on a batch that Redis has left unanswered for lateFactor operation
@@ -35,8 +37,8 @@ import (
 // stopped waiting gets a fresh command holding the error, never one the
 // batch may still write to.
 //
-// batcher is safe for concurrent use.
-type batcher struct {
+// A Batcher is safe for concurrent use.
+type Batcher struct {
 	client  redis.UniversalClient
 	timeout time.Duration
 
@@ -52,15 +54,17 @@ const (
 	// maxSenders bounds the batches in flight at once, each on a
 	// connection of its own, and the goroutines that send them.
 	maxSenders = 4
-	// maxBatch bounds the commands of one batch: a healthy Redis runs
+	// MaxBatch bounds the commands of one batch: a healthy Redis runs
 	// that many lock scripts in a few milliseconds, far within the
 	// default operation timeout, so a GetMany of 100,000 keys goes out
 	// as batches that each fit their budget.
-	maxBatch = 128
+	MaxBatch = 128
 )
 
 // errNoReply is the error of a command that Redis did not answer within
-// its budget. It is an infrastructure failure (see classify).
+// its budget: an infrastructure failure to the pipeline, which wraps
+// context.DeadlineExceeded. It speaks as package resilience, whose
+// callers see it.
 var errNoReply = fmt.Errorf("resilience: redis did not answer within the operation timeout: %w", context.DeadlineExceeded)
 
 type call struct {
@@ -104,19 +108,31 @@ func (e *pendingError) Unwrap() error            { return e.err }
 func (e *pendingError) Settled() <-chan struct{} { return e.settled }
 
 // budgetKey is the context key of how long a command may take once its
-// round trip starts; set by [guard]. Without it, a command may take what
-// is left of its context's deadline (a release), or the batcher's timeout.
+// round trip starts (see [WithBudget]).
 type budgetKey struct{}
 
-func newBatcher(client redis.UniversalClient, timeout time.Duration) *batcher {
-	return &batcher{client: client, timeout: timeout}
+// WithBudget returns ctx carrying d: a command sent under it may take *d
+// once its round trip starts, in place of what is left of ctx's deadline.
+// d is a pointer, so that the value does not allocate. Without it, a
+// command may take what is left of its context's deadline (a release), or
+// the batcher's timeout.
+func WithBudget(ctx context.Context, d *time.Duration) context.Context {
+	return context.WithValue(ctx, budgetKey{}, d)
+}
+
+// New returns a Batcher that sends its batches through client, with
+// timeout as the operation timeout: the budget of a command whose context
+// has neither a budget nor a deadline, and the measure of a Redis that
+// does not answer.
+func New(client redis.UniversalClient, timeout time.Duration) *Batcher {
+	return &Batcher{client: client, timeout: timeout}
 }
 
 // process sends cmd with the next batch and waits for its result. A
 // non-nil error means cmd does not hold it (Redis did not answer within
 // the budget, or ctx ended first) and belongs to the batch: the caller
 // reports the error on a fresh command.
-func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
+func (b *Batcher) process(ctx context.Context, cmd redis.Cmder) error {
 	c := newCall(cmd, b.budget(ctx))
 	b.enqueue([]*call{c})
 	select {
@@ -132,7 +148,7 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
 
 // budget is how long a command sent under ctx may take once its round
 // trip starts: see budgetKey.
-func (b *batcher) budget(ctx context.Context) time.Duration {
+func (b *Batcher) budget(ctx context.Context) time.Duration {
 	if d, ok := ctx.Value(budgetKey{}).(*time.Duration); ok {
 		return *d
 	}
@@ -147,13 +163,13 @@ func (b *batcher) budget(ctx context.Context) time.Duration {
 // unanswered for lateFactor operation timeouts, the calls fail at once,
 // but for those with a longer budget than the operation timeout (see
 // failPrompt).
-func (b *batcher) enqueue(calls []*call) {
+func (b *Batcher) enqueue(calls []*call) {
 	b.mu.Lock()
 	if b.overrun == maxSenders {
 		calls = failPrompt(calls, b.timeout)
 	}
 	b.queue = append(b.queue, calls...)
-	start := min(maxSenders-b.senders, (len(b.queue)+maxBatch-1)/maxBatch)
+	start := min(maxSenders-b.senders, (len(b.queue)+MaxBatch-1)/MaxBatch)
 	b.senders += start
 	b.mu.Unlock()
 	for range start {
@@ -164,8 +180,9 @@ func (b *batcher) enqueue(calls []*call) {
 
 // failPrompt fails the calls whose budget is the operation timeout or
 // less, and returns the others: a release (which has a budget of its own,
-// [releaseTimeout]) waits for a sender, however long Redis was silent,
-// since a lock left behind holds every pod until its lease ends.
+// the pipeline's release timeout) waits for a sender, however long Redis
+// was silent, since a lock left behind holds every pod until its lease
+// ends.
 func failPrompt(calls []*call, timeout time.Duration) []*call {
 	var kept []*call
 	for _, c := range calls {
@@ -188,10 +205,10 @@ func later(a, b time.Time) time.Time {
 
 // send sends batches of the queue until it finds it empty; it then gives
 // back its sender's slot.
-func (b *batcher) send() {
+func (b *Batcher) send() {
 	for {
 		b.mu.Lock()
-		n := min(len(b.queue), maxBatch)
+		n := min(len(b.queue), MaxBatch)
 		if n == 0 {
 			b.queue = nil
 			b.senders--
@@ -207,7 +224,7 @@ func (b *batcher) send() {
 
 // trip is a batch in flight: its round trip.
 type trip struct {
-	b     *batcher
+	b     *Batcher
 	batch []*call
 	sent  time.Time
 	timer *time.Timer
@@ -245,7 +262,7 @@ const (
 // operation timeouts, so that a batch waiting its turn behind others at
 // a busy Redis is not cut short. A timer frees each caller whose budget
 // passes with no reply from Redis (see overdue).
-func (b *batcher) exec(batch []*call) {
+func (b *Batcher) exec(batch []*call) {
 	longest := batch[0].budget
 	for _, c := range batch[1:] {
 		longest = max(longest, c.budget)

@@ -1,0 +1,171 @@
+package flight
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var errBoom = errors.New("boom")
+
+// TestJoin_oneLeaderPerKey: the first caller of a key leads its flight,
+// the next join it and hear its result once it ends; the key is then
+// free for a new flight. Another key has a flight of its own.
+func TestJoin_oneLeaderPerKey(t *testing.T) {
+	var g Group[int]
+	f, joined := g.Join("k")
+	if joined {
+		t.Fatal("the first caller of k joined a flight; want it to lead")
+	}
+	if other, joined := g.Join("other"); joined || other == f {
+		t.Fatal("another key joined k's flight")
+	}
+	j, joined := g.Join("k")
+	if !joined || j != f {
+		t.Fatalf("the second caller of k: joined %v, same flight %v; want k's flight", joined, j == f)
+	}
+	if j.Done() == nil {
+		t.Fatal("a joiner got no channel to wait on")
+	}
+	*f.Outcome() = 7
+	g.End("k", f, f.Outcome(), errBoom)
+	select {
+	case <-j.Done():
+	default:
+		t.Fatal("the joiner's channel is still open after End")
+	}
+	val, err := j.Result()
+	if p, _ := val.(*int); p == nil || *p != 7 || err != errBoom {
+		t.Fatalf("the joiner heard %v, %v; want the leader's outcome 7, %v", val, err, errBoom)
+	}
+	if g.Underway("k") != nil {
+		t.Fatal("k's flight is still under way after End")
+	}
+	if _, joined := g.Join("k"); joined {
+		t.Fatal("a caller of k after End joined the ended flight; want a new one")
+	}
+}
+
+// TestUnderway_waitable: Underway finds only a flight under way, and makes
+// it waitable; Waited says so.
+func TestUnderway_waitable(t *testing.T) {
+	var g Group[int]
+	if g.Underway("k") != nil || g.Waited("k") {
+		t.Fatal("a flight of k under way before anyone led one")
+	}
+	f, _ := g.Join("k")
+	if f.Done() != nil || g.Waited("k") {
+		t.Fatal("a leader's flight is waited for before anyone waits")
+	}
+	u := g.Underway("k")
+	if u != f || u.Done() == nil || !g.Waited("k") {
+		t.Fatalf("Underway(k) = same flight %v, waitable %v; want k's flight, waitable", u == f, u.Done() != nil)
+	}
+	if g.Waitable(f) != u.Done() {
+		t.Fatal("Waitable made a second channel")
+	}
+	g.End("k", f, nil, nil)
+	<-u.Done()
+}
+
+// TestLead_hookHearsTheFlightUnderway: a batch that meets a flight under
+// way hears its result through its hook, once, at End; a key with none
+// is the batch's to lead.
+func TestLead_hookHearsTheFlightUnderway(t *testing.T) {
+	var g Group[string]
+	f, _ := g.Join("k")
+	var heard []any
+	if _, mine := g.Lead("k", func(val any, err error) { heard = append(heard, val, err) }); mine {
+		t.Fatal("Lead of a key under way led it; want it to join")
+	}
+	led, mine := g.Lead("free", func(any, error) { t.Error("the hook of a key the batch leads ran") })
+	if !mine {
+		t.Fatal("Lead of a free key joined; want it to lead")
+	}
+	g.End("k", f, "v", errBoom)
+	if len(heard) != 2 || heard[0] != "v" || heard[1] != errBoom {
+		t.Fatalf("the hook heard %v; want v and %v once", heard, errBoom)
+	}
+	g.End("free", led, "w", nil)
+	g.End("k", f, "again", nil) // an ended flight has no hooks left
+	if len(heard) != 2 {
+		t.Fatalf("the hook heard %v; want it to run once", heard)
+	}
+}
+
+// TestDo_sharesOneRun: callers of Do for a key while its fn runs share
+// that run's result, shared set; a panic of fn ends the flight and goes
+// on up, and the key is free again.
+func TestDo_sharesOneRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var g Group[int]
+		release := make(chan struct{})
+		runs := 0
+		var wg sync.WaitGroup
+		type res struct {
+			v      any
+			err    error
+			shared bool
+		}
+		out := make([]res, 4)
+		for i := range out {
+			wg.Go(func() {
+				v, err, shared := g.Do("k", func() (any, error) {
+					runs++
+					<-release
+					return "v", errBoom
+				})
+				out[i] = res{v, err, shared}
+			})
+		}
+		synctest.Wait() // one runs fn, the others wait for it
+		close(release)
+		wg.Wait()
+		sharers := 0
+		for i, r := range out {
+			if r.v != "v" || r.err != errBoom {
+				t.Errorf("caller %d got %v, %v; want v, %v", i, r.v, r.err, errBoom)
+			}
+			if r.shared {
+				sharers++
+			}
+		}
+		if runs != 1 || sharers != len(out)-1 {
+			t.Fatalf("%d runs, %d callers shared; want 1 run, %d shared", runs, sharers, len(out)-1)
+		}
+
+		panicked := make(chan any, 1)
+		joined := make(chan res, 1)
+		gate := make(chan struct{})
+		go func() {
+			defer func() { panicked <- recover() }()
+			g.Do("p", func() (any, error) {
+				<-gate
+				panic("loader")
+			})
+		}()
+		synctest.Wait() // the leader runs fn
+		go func() {
+			v, err, shared := g.Do("p", func() (any, error) { return "second run", nil })
+			joined <- res{v, err, shared}
+		}()
+		synctest.Wait() // the joiner waits for the leader
+		close(gate)
+		if p := <-panicked; p != "loader" {
+			t.Fatalf("the panic of fn: %v; want it to go on up", p)
+		}
+		if r := <-joined; r.v != nil || r.err != nil || !r.shared {
+			t.Fatalf("the joiner of a flight that panicked got %+v; want nil, nil, shared", r)
+		}
+		if g.Underway("p") != nil {
+			t.Fatal("the flight that panicked is still under way")
+		}
+	})
+}
