@@ -72,6 +72,7 @@ func TestLockedPath_noL1Copy_plainReadOnceLooksFindValues(t *testing.T) {
 			t.Fatalf("cold%d sent %q, want the look and the commit, after a plain read at most", i, got)
 		}
 	}
+	t.Logf("%d of %d warm keys read by the script, %d of %d cold keys plainly first", scripts, warm, plainFirst, cold)
 	if limit := (presenceMax-presenceOn)/presenceMiss + 1; plainFirst > limit {
 		t.Fatalf("%d of %d cold keys were read plainly first; want at most %d", plainFirst, cold, limit)
 	}
