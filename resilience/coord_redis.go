@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -21,6 +22,45 @@ type redisCoord[V any] struct {
 	p  *Pipeline[V]
 	n  *lock.RedisNotifier
 	rl *lock.Redis // nil without Lock
+	// found says whether the looks of late found their value.
+	found presence
+}
+
+// presence says whether the looks of late mostly found a fresh value, as
+// on a pod that starts beside others that keep Redis warm: a saturating
+// count that a look that found its value raises by one and one that did
+// not lowers by presenceMiss. It climbs while more than three looks in
+// four find their value and sinks to zero otherwise; a run of cold keys
+// brings a full count below presenceOn within a dozen looks. At either
+// end a look writes nothing.
+type presence struct {
+	_ [64]byte // a line of its own: every L2 look reads it
+	n atomic.Int32
+	_ [60]byte
+}
+
+const (
+	presenceMax  = 64
+	presenceOn   = presenceMax / 2
+	presenceMiss = 3
+)
+
+// likely reports whether the looks of late mostly found their value.
+func (c *presence) likely() bool { return c.n.Load() >= presenceOn }
+
+// saw counts a look that found its value, or not.
+func (c *presence) saw(found bool) {
+	for {
+		old := c.n.Load()
+		n := old + 1
+		if !found {
+			n = old - presenceMiss
+		}
+		n = min(max(n, 0), presenceMax)
+		if n == old || c.n.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 var _ coord[int] = (*redisCoord[int])(nil)
@@ -31,16 +71,29 @@ func (c *redisCoord[V]) read(ctx context.Context, key string) (cache.Entry[V], c
 
 // lookOrLock runs the look script, with a client span; when the value
 // most likely landed, a plain read, the cheapest command, comes first,
-// and the script runs only if it finds no value w takes.
+// and the script runs only if it finds no value w takes. The value most
+// likely landed when the caller says so (likely), or, for a look that is
+// not a refresh's, when most such looks of late found their value
+// (c.found, which those looks keep): a pod with no copy of a key that
+// other pods keep warm reads it with one HGET, while a run of cold keys
+// soon goes straight to the script again.
 func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool, w want) (look[V], error) {
 	p := c.p
-	if likely {
+	counts := !likely && !w.refresh // an unbiased look: c.found counts it
+	if likely || counts && c.found.likely() {
 		e, f, err := p.l2Get(ctx, key)
 		switch {
 		case err != nil:
 			return look[V]{}, err
 		case w.takes(&e.Written, f):
+			if counts {
+				c.found.saw(true)
+			}
 			return look[V]{e: e, f: f}, nil
+		}
+		if counts {
+			c.found.saw(false)
+			counts = false // counted: the script below is not
 		}
 	}
 	var sp trace.Span
@@ -67,6 +120,9 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool,
 		if err == nil && w.refresh {
 			return c.recheck(ctx, key, lk, w)
 		}
+	}
+	if counts && (err == nil || errors.Is(err, lock.ErrNotAcquired)) {
+		c.found.saw(err == nil && lk.lease == nil)
 	}
 	if sp != nil {
 		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))

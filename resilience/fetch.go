@@ -144,7 +144,9 @@ func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V],
 // that Redis still holds a fresh copy: L1 keeps an entry read from Redis
 // no longer than L1TTL, but its stale-until is Redis's, so Redis's expiry
 // is that less the grace. A plain read then answers; a key that may be
-// cold goes straight to the look that also tries the lock.
+// cold goes to the look that also tries the lock (which over Redis reads
+// plainly first only while most looks of late found their value: see
+// redisCoord.lookOrLock).
 func (p *Pipeline[V]) l2Fresh(e *cache.Entry[V]) bool {
 	return !e.NotFound && e.StaleUntil.Add(-p.grace).After(time.Now())
 }

@@ -59,13 +59,14 @@ type Stats struct {
 	DuplicateLoads uint64
 }
 
-// Stats returns the pipeline's counts so far. Each field is read
-// atomically, not the whole: counts taken while calls run may be a few
-// calls apart from one another.
+// Stats returns the pipeline's counts so far. Each counter is read
+// atomically (L1Hits is the sum of the stripes it is kept in), not the
+// whole: counts taken while calls run may be a few calls apart from one
+// another. Once the calls have returned, every count is exact.
 func (p *Pipeline[V]) Stats() Stats {
 	s := &p.stats
 	return Stats{
-		L1Hits:     s.l1.Load(),
+		L1Hits:     s.l1Hits(),
 		Misses:     s.misses.Load(),
 		L2Hits:     s.bySource[SourceL2].Load(),
 		Loaded:     s.bySource[SourceLoader].Load(),
@@ -84,13 +85,14 @@ func (p *Pipeline[V]) Stats() Stats {
 }
 
 // stats are the counters behind [Stats], plain atomic counters. The L1
-// hit count is bumped by every hit, on every core at once on a hot key:
-// padding keeps it off the cache lines of the pipeline's other fields,
-// which every call reads, so that its writes do not slow those reads.
+// hit count is bumped by every hit, on every core at once: it is kept in
+// stripes, each hit bumping the one its key's hash picks, so that cores
+// reading different keys write different cache lines; padding keeps the
+// stripes off one another's lines and off those of the pipeline's other
+// fields, which every call reads.
 type stats struct {
 	_        [64]byte
-	l1       atomic.Uint64
-	_        [56]byte
+	l1       [l1Stripes]hitStripe
 	misses   atomic.Uint64
 	bySource [len(sourceNames)]atomic.Uint64
 	// openBySource counts the calls of bySource that failed open.
@@ -159,7 +161,31 @@ func (p *Pipeline[V]) countBatch(ctx context.Context, items []*loadItem) {
 	p.duplicates(ctx, dupFailOpen, open)
 }
 
-func (s *stats) l1Hit() { s.l1.Add(1) }
+// l1Stripes is the number of stripes of the L1 hit count (a power of
+// two): enough that the cores of a large machine reading different keys
+// rarely share one.
+const l1Stripes = 32
+
+// hitStripe is one stripe of the L1 hit count, a cache line of its own:
+// two counters 64 bytes apart never share a line, however the stats are
+// aligned.
+type hitStripe struct {
+	n atomic.Uint64
+	_ [56]byte
+}
+
+// l1Hit counts an L1 hit of the key whose hash is hash.
+func (s *stats) l1Hit(hash uint32) { s.l1[hash&(l1Stripes-1)].n.Add(1) }
+
+// l1Hits is the L1 hit count, the sum of its stripes: exact once the
+// calls it counts have returned.
+func (s *stats) l1Hits() uint64 {
+	var n uint64
+	for i := range s.l1 {
+		n += s.l1[i].n.Load()
+	}
+	return n
+}
 
 // calls is the number of calls served from source i so far, failed open
 // or not: what the pipeline's call metric reports.
@@ -168,7 +194,7 @@ func (s *stats) calls(i int, failedOpen bool) uint64 {
 	case failedOpen:
 		return s.openBySource[i].Load()
 	case Source(i) == SourceL1:
-		return s.l1.Load()
+		return s.l1Hits()
 	}
 	return s.bySource[i].Load() - s.openBySource[i].Load()
 }
@@ -178,7 +204,7 @@ func (s *stats) calls(i int, failedOpen bool) uint64 {
 func countCall[V any](s *stats, r *Result[V], err error) {
 	switch {
 	case r.Source == SourceL1:
-		s.l1.Add(1)
+		s.l1Hit(0) // a hit with a span, or after a miss: not the hot path
 	case int(r.Source) >= len(s.bySource):
 	default:
 		s.bySource[r.Source].Add(1)

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -193,5 +194,43 @@ func TestTelemetry_L1Hit_spansOnlyWhenSampledOrAsked(t *testing.T) {
 	telGet(t, ctx, q, "k", okLoad)
 	if n, l1 := asked.startedNamed(telemetry.SpanGet), asked.startedNamed(telemetry.SpanL1); n != 2 || l1 != 2 {
 		t.Fatalf("HitSpans: %d get and %d l1 spans, want 2 and 2", n, l1)
+	}
+}
+
+// L1 hits of different keys bump different stripes of the hit count, so
+// that cores reading different keys do not write one cache line; the
+// count stays exact, however many cores hit at once.
+func TestStats_l1HitsStripedByKeyExact(t *testing.T) {
+	p := build(t, New[string]("st").Cache(time.Minute))
+	ctx := context.Background()
+	const keys, workers, rounds = 64, 4, 50
+	for i := range keys {
+		if _, err := p.Get(ctx, fmt.Sprint("k", i), okLoad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				for i := range keys {
+					if _, err := p.Get(ctx, fmt.Sprint("k", (i+r)%keys), okLoad); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	wantStats(t, "hits", p.Stats(), Stats{L1Hits: keys * workers * rounds, Misses: keys, Loaded: keys, Loads: keys})
+	used := 0
+	for i := range p.stats.l1 {
+		if p.stats.l1[i].n.Load() > 0 {
+			used++
+		}
+	}
+	if used < l1Stripes/2 {
+		t.Fatalf("%d keys hit %d of the %d stripes; want them spread over half at least", keys, used, l1Stripes)
 	}
 }

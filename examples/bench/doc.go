@@ -7,8 +7,9 @@
 //   - L1Memory: heap per in-process cache entry (V = string) at 100k and
 //     1M entries, beside otter and sturdyc.
 //   - L2Hit, L2HitParallel: an L1 miss that Redis answers, with and
-//     without Lock, beside go-redis/cache's Get (local cache off) and a
-//     bare go-redis GET.
+//     without Lock, and with Lock on a pipeline that holds no L1 copy of
+//     the key (a pod that has just started), beside go-redis/cache's Get
+//     (local cache off) and a bare go-redis GET.
 //   - ColdMissLock, ColdMissLockParallel: a cold key loaded by the Redis
 //     lock's winner, beside the bsm/redislock recipe (GET, Obtain, GET,
 //     load, SET, Release).

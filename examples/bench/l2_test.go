@@ -39,10 +39,29 @@ func l2Pipeline(b *testing.B, s *redistest.Server, name string, build func(*resi
 	return p, rt
 }
 
+// l2PipelineNoCopy returns a pipeline with Lock that holds no L1 copy of
+// the key a call reads, as a pod that has just started beside others:
+// its L1 holds one entry while the calls read keyNames in turn, and the
+// values were written to Redis by another pipeline of the same name.
+func l2PipelineNoCopy(b *testing.B, s *redistest.Server) (*resilience.Pipeline[string], *roundTrips) {
+	l2Pipeline(b, s, "l2fresh", func(bl *resilience.Builder[string]) *resilience.Builder[string] {
+		return bl.Lock(resilience.LockSettings{})
+	})
+	rdb, rt := counted(s)
+	p, err := resilience.New[string]("l2fresh").Cache(time.Hour).MaxEntries(1).Redis(rdb).Lock(resilience.LockSettings{}).Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = p.Close() })
+	return p, rt
+}
+
 // l2Hits are the contenders of an L1 miss that Redis answers, each with
 // the keys of keyNames warm in Redis: the pipeline (Get), with and without
 // Lock (which adds the single-flight and the lock's subscription) and
-// with Encrypt (AES-256-GCM on every value read),
+// with Encrypt (AES-256-GCM on every value read), with Lock on a pipeline
+// that holds no L1 copy (l2PipelineNoCopy: every call's look is its first
+// of the key),
 // go-redis/cache's Get with its local cache off, and a bare GET. ops is
 // serialOps or parallelOps.
 func l2Hits(s *redistest.Server, ops func(*testing.B, *roundTrips, func(int) error)) []contender {
@@ -62,6 +81,17 @@ func l2Hits(s *redistest.Server, ops func(*testing.B, *roundTrips, func(int) err
 		{"pipeline+Lock", pipeline("l2lock", func(bl *resilience.Builder[string]) *resilience.Builder[string] {
 			return bl.Lock(resilience.LockSettings{})
 		})},
+		{"pipeline+Lock+noL1copy", func(b *testing.B) {
+			p, rt := l2PipelineNoCopy(b, s)
+			ops(b, rt, func(i int) error {
+				k := ks[i&(keys-1)]
+				v, err := p.Get(ctx, k, loadL2)
+				if err != nil {
+					return err
+				}
+				return expect(v, k)
+			})
+		}},
 		{"pipeline+Encrypt", pipeline("l2sealed", func(bl *resilience.Builder[string]) *resilience.Builder[string] {
 			ring, err := cache.NewKeyring(cache.Key{ID: 1, Secret: []byte("an AES-256 key of 32 bytes......")})
 			if err != nil {
