@@ -203,19 +203,7 @@ func (p *Pipeline[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
 // ctx's values without its cancellation, under releaseTimeout; when the
 // pipeline is closing, at once.
 func (p *Pipeline[V]) background(ctx context.Context, fn func(context.Context)) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	run := func() {
-		defer cancel()
-		fn(rctx)
-	}
-	if !p.bg.add() { // closing: run before Close returns
-		run()
-		return
-	}
-	go func() {
-		defer p.bg.done()
-		run()
-	}()
+	p.launch(ctx, launching{timeout: releaseTimeout, anyway: true}, fn)
 }
 
 // notifyRelease is release for an adapter whose lock does not announce

@@ -36,14 +36,17 @@ func (p *Pipeline[V]) fetchAlone(ctx context.Context, key string, load LoadFunc[
 	if finished {
 		return err
 	}
-	if !p.bg.add() { // Close waits for loads
+	// The load runs on the caller's goroutine and context; Close waits for
+	// it.
+	if !p.launch(ctx, launching{attached: true, inline: true}, func(ctx context.Context) {
+		err = p.fetchLoad(ctx, key, load, o, &pd)
+	}) {
 		if pd.lk.lease != nil {
 			p.release(ctx, key, pd.lk.lease)
 		}
 		return ErrClosed
 	}
-	defer p.bg.done()
-	return p.fetchLoad(ctx, key, load, o, &pd)
+	return err
 }
 
 // fetchInto is the whole shared part of a miss, into o: L2, then the
@@ -182,6 +185,13 @@ func (p *Pipeline[V]) fetchLoad(ctx context.Context, key string, load LoadFunc[V
 		return p.lockedRest(ctx, key, load, o, pd)
 	}
 	return p.loadAndStore(ctx, key, load, nil, o)
+}
+
+// keyOut is one key's outcome in a batch's shared load.
+type keyOut[V any] struct {
+	o   *outcome[V]
+	err error
+	set bool
 }
 
 // fetchMany is the shared part of a batch's misses: L1 again, then Redis

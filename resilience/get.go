@@ -20,7 +20,9 @@
 // adapters are coord_redis.go (Redis), coord_backend.go (any Backend) and
 // coord_memory.go (the embedded default). GetMany (many.go: its entry and
 // the settling of each key) takes the same files: each stage's batch form
-// sits beside its single-key form.
+// sits beside its single-key form. launch.go starts every piece of
+// background work (a shared load, a refresh, a release) and counts it for
+// Close.
 //
 // Around them: redisguard.go (the Redis breaker, wiring), backend.go and
 // backendwire.go (a Backend in place of Redis, its wiring), redisbatch.go

@@ -138,107 +138,37 @@ type manyCall[V any] struct {
 	errs KeyErrors
 }
 
-// keyOut is one key's outcome in a batch's shared load.
-type keyOut[V any] struct {
-	o   *outcome[V]
-	err error
-	set bool
-}
-
-// answer is one missed key's outcome, delivered to the GetMany call.
-type answer[V any] struct {
-	key    string
-	o      *outcome[V]
-	err    error
-	joined bool // another caller's load
-}
-
 // missMany answers the keys L1 could not: it joins the loads under way in
-// this process, and runs one shared batch load for the rest.
+// this process, and runs one shared batch load for the rest (see
+// joinFlightMany), then settles each key as its answer comes, until ctx
+// ends. Close waits for it.
 func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []string, stale map[string]cache.Entry[V], load LoadManyFunc[V]) {
-	if !p.bg.add() {
-		for _, k := range misses {
+	if !p.launch(ctx, launching{attached: true, inline: true}, func(ctx context.Context) {
+		// Buffered for every key: nobody ever blocks on it, even once
+		// this call has left.
+		answers := make(chan answer[V], len(misses))
+		p.joinFlightMany(ctx, misses, load, answers)
+		for range misses { // one answer per key
+			select {
+			case a := <-answers:
+				st, hasStale := stale[a.key]
+				p.settle(ctx, b, a, st, hasStale)
+			case <-ctx.Done():
+				b.failRest(misses, ctx.Err())
+				return
+			}
+		}
+	}) {
+		b.failRest(misses, ErrClosed)
+	}
+}
+
+// failRest answers with err each of keys not answered yet.
+func (b *manyCall[V]) failRest(keys []string, err error) {
+	for _, k := range keys {
+		if _, ok := b.res[k]; !ok {
 			b.res[k] = Result[V]{}
-			b.errs[k] = ErrClosed
-		}
-		return
-	}
-	defer p.bg.done()
-	// Buffered for every key: nobody ever blocks on it, even once this
-	// call has left.
-	answers := make(chan answer[V], len(misses))
-	ours := misses
-	var led map[string]*flight[V]
-	if p.group != nil {
-		ours = nil
-		led = make(map[string]*flight[V])
-		for _, k := range misses {
-			f, mine := p.group.lead(k, func(val any, err error) {
-				o, _ := val.(*outcome[V])
-				answers <- answer[V]{key: k, o: o, err: err, joined: true}
-			})
-			if mine {
-				ours = append(ours, k)
-				led[k] = f
-			}
-		}
-	}
-	if len(ours) > 0 {
-		deliver := func(outs map[string]*keyOut[V]) {
-			for _, k := range ours {
-				out := outs[k]
-				if f := led[k]; f != nil {
-					p.group.end(k, f, out.o, out.err)
-				}
-				answers <- answer[V]{key: k, o: out.o, err: out.err}
-			}
-		}
-		switch {
-		case p.group == nil:
-			// Nobody else waits for these loads: they run on the caller's
-			// context.
-			deliver(p.fetchMany(ctx, ours, load))
-		case ctx.Done() == nil:
-			// A caller whose context cannot end never leaves early, so
-			// the shared load runs on the caller's goroutine, under a
-			// deadline of its own.
-			fctx, cancel := context.WithTimeout(ctx, p.flightTimeout)
-			deliver(p.fetchMany(fctx, ours, load))
-			cancel()
-		case !p.bg.add():
-			outs := make(map[string]*keyOut[V], len(ours))
-			for _, k := range ours {
-				outs[k] = &keyOut[V]{o: &outcome[V]{}, err: ErrClosed}
-			}
-			deliver(outs)
-		default:
-			// The shared load outlives the caller, who may leave: others
-			// may have joined it. It keeps the caller's values (its span)
-			// but not its cancellation, and gets a deadline of its own.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.flightTimeout)
-			go func() {
-				defer p.bg.done()
-				defer cancel()
-				deliver(p.fetchMany(fctx, ours, load))
-			}()
-		}
-	}
-	pending := make(map[string]struct{}, len(misses))
-	for _, k := range misses {
-		pending[k] = struct{}{}
-	}
-	for len(pending) > 0 {
-		select {
-		case a := <-answers:
-			delete(pending, a.key)
-			st, hasStale := stale[a.key]
-			p.settle(ctx, b, a, st, hasStale)
-		case <-ctx.Done():
-			for k := range pending {
-				b.res[k] = Result[V]{}
-				b.errs[k] = ctx.Err()
-			}
-			return
+			b.errs[k] = err
 		}
 	}
 }

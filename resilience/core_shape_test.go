@@ -1,0 +1,62 @@
+package resilience
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// callers returns, for each call in the package's non-test files whose
+// callee's expression is name or ends in "."+name (p.bg.add for
+// "bg.add"), the function whose body holds it, once each, sorted.
+func callers(t *testing.T, name string) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var in []string
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				called := types.ExprString(call.Fun)
+				if (called == name || strings.HasSuffix(called, "."+name)) && !slices.Contains(in, fd.Name.Name) {
+					in = append(in, fd.Name.Name)
+				}
+				return true
+			})
+		}
+	}
+	slices.Sort(in)
+	return in
+}
+
+// TestCore_oneLaunch: background work (shared loads, refreshes, releases)
+// starts in one place, launch, the only function that counts work for
+// Close.
+func TestCore_oneLaunch(t *testing.T) {
+	if got := callers(t, "bg.add"); !slices.Equal(got, []string{"launch"}) {
+		t.Errorf("tasks.add is called from %v; want launch alone", got)
+	}
+}
