@@ -60,3 +60,14 @@ func TestCore_oneLaunch(t *testing.T) {
 		t.Errorf("tasks.add is called from %v; want launch alone", got)
 	}
 }
+
+// TestCore_oneWatchdog: a lease beats in one loop, beat, on the seam's
+// extendMany, whether it is one lease (hold) or a batch's (holdMany).
+func TestCore_oneWatchdog(t *testing.T) {
+	if got := callers(t, "co.extendMany"); !slices.Equal(got, []string{"beat"}) {
+		t.Errorf("extendMany is called from %v; want beat alone", got)
+	}
+	if got := callers(t, "KeepAlive"); len(got) > 0 {
+		t.Errorf("lock's own watchdog is started from %v; want none", got)
+	}
+}

@@ -41,9 +41,7 @@ func (p *Pipeline[V]) fetchAlone(ctx context.Context, key string, load LoadFunc[
 	if !p.launch(ctx, launching{attached: true, inline: true}, func(ctx context.Context) {
 		err = p.fetchLoad(ctx, key, load, o, &pd)
 	}) {
-		if pd.lk.lease != nil {
-			p.release(ctx, key, pd.lk.lease)
-		}
+		p.releaseLook(ctx, key, &pd.lk)
 		return ErrClosed
 	}
 	return err
@@ -67,9 +65,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 	// Not recoverPanic: a panic must also finish the look and drop pd.
 	defer func() {
 		if v := recover(); v != nil {
-			if pd.lk.lease != nil {
-				p.release(ctx, key, pd.lk.lease) // it beats: give it back
-			}
+			p.releaseLook(ctx, key, &pd.lk) // it beats: give it back
 			pd, finished, err = pending[V]{}, true, panicked("pipeline", v)
 		}
 	}()

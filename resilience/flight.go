@@ -276,15 +276,13 @@ func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFu
 			// The lease's watchdog starts now (unless it beats since its
 			// grant, see lookThenLock), not when the load's goroutine gets
 			// to run: a busy process must not look dead to the others.
-			pd.lk.g = hold(fctx, pd.lk.lease)
+			pd.lk.g = p.hold(fctx, pd.lk.lease)
 		}
 	}
 	if !p.launch(sctx, launching{timeout: p.flightTimeout, inline: ctx.Done() == nil, first: first}, func(fctx context.Context) {
 		p.group.end(key, f, &f.o, p.fetchLoad(fctx, key, load, &f.o, &pd))
 	}) { // closing: Close waits for loads, so none may start
-		if pd.lk.lease != nil {
-			p.release(sctx, key, pd.lk.lease)
-		}
+		p.releaseLook(sctx, key, &pd.lk)
 		return nil, true, ErrClosed
 	}
 	return done, false, nil

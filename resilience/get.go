@@ -6,7 +6,7 @@
 //	flight.go    the local single-flight: join a key's load, or lead it
 //	fetch.go     the leader's look (L1 again, then L2 through the seam), then the rest
 //	l2.go        L2 reads, the write-back (the commit under a grant)
-//	lock.go      the lock stage: the winner holds and loads; the watchdogs
+//	lock.go      the lock stage: the winner holds and loads; the watchdog
 //	wait.go      the wait for another holder's value
 //	loader.go    the loader call and its store, for a key and a batch:
 //	             breaker, timeout, SetTTL (retry.go: retry)
