@@ -71,3 +71,15 @@ func TestCore_oneWatchdog(t *testing.T) {
 		t.Errorf("lock's own watchdog is started from %v; want none", got)
 	}
 }
+
+// TestCore_oneWaitLoop: a key's wait and a batch's are one loop, wait,
+// the only one that paces polls; a key's wait hears its own subscription,
+// without the batch's fan-in.
+func TestCore_oneWaitLoop(t *testing.T) {
+	if got := callers(t, "pollBackOff"); !slices.Equal(got, []string{"wait"}) {
+		t.Errorf("the poll's backoff is made in %v; want wait alone", got)
+	}
+	if got := callers(t, "fanIn"); !slices.Equal(got, []string{"awaitMany"}) {
+		t.Errorf("fanIn is called from %v; want awaitMany alone", got)
+	}
+}

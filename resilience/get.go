@@ -7,7 +7,7 @@
 //	fetch.go     the leader's look (L1 again, then L2 through the seam), then the rest
 //	l2.go        L2 reads, the write-back (the commit under a grant)
 //	lock.go      the lock stage: the winner holds and loads; the watchdog
-//	wait.go      the wait for another holder's value
+//	wait.go      the wait loop for the values others hold: a key's, a batch's
 //	loader.go    the loader call and its store, for a key and a batch:
 //	             breaker, timeout, SetTTL (retry.go: retry)
 //	fallback.go  the fallback chain: stale copy, default, error

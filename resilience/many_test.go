@@ -608,3 +608,35 @@ func TestGetMany_span(t *testing.T) {
 		t.Errorf("spans:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// A batch's wait for a key that a live holder keeps ends with the batch's
+// shared load, at FlightTimeout, the key answered with that deadline's
+// error: it does not wait on until MaxWait, nor load the key then.
+func TestGetMany_waitEndsWithTheFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	p, _ := manyPod(t, srv, "many-flight-end", func(b *Builder[string]) *Builder[string] {
+		return b.Lock(LockSettings{Poll: 50 * time.Millisecond, MaxWait: 4 * time.Second}).
+			Timeout(100 * time.Millisecond).FlightTimeout(300 * time.Millisecond)
+	})
+	// A live holder: the lock package straight, beating.
+	lease, err := p.locker.TryAcquire(ctx, "a", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.KeepAlive(ctx, nil)
+	defer func() { _ = lease.Release(ctx) }()
+	l := &batchLoader{}
+	start := time.Now()
+	_, err = p.GetMany(ctx, []string{"a"}, l.load)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("GetMany returned after %v; want about FlightTimeout (300ms), well before MaxWait (4s)", took)
+	}
+	var ke KeyErrors
+	if !errors.As(err, &ke) || !errors.Is(ke["a"], context.DeadlineExceeded) {
+		t.Errorf("err %v; want a's KeyErrors entry to be the flight's deadline", err)
+	}
+	if calls := l.snapshot(); len(calls) != 0 {
+		t.Errorf("loader calls %v; want none: a live holder has the key", calls)
+	}
+}
