@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -81,5 +82,18 @@ func TestCore_oneWaitLoop(t *testing.T) {
 	}
 	if got := callers(t, "fanIn"); !slices.Equal(got, []string{"awaitMany"}) {
 		t.Errorf("fanIn is called from %v; want awaitMany alone", got)
+	}
+}
+
+// TestCore_manyAtMost250Lines: many.go holds GetMany's entry, its
+// settling and the LoadManyFunc adapter; each stage's batch form sits in
+// the stage's file.
+func TestCore_manyAtMost250Lines(t *testing.T) {
+	b, err := os.ReadFile("many.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 250 {
+		t.Errorf("many.go has %d lines; want at most 250", n)
 	}
 }

@@ -1,6 +1,6 @@
 // A call, file by file, in the order it meets them:
 //
-//	get.go       Get, GetResult: the checks, the call, a miss
+//	get.go       Get, GetResult: the checks, the call and its end (a batch's too), a miss
 //	l1.go        the in-process cache (L1): lookup, fill
 //	refresh.go   early refresh of a hot key, background refresh, Refresh
 //	flight.go    the local single-flight: join a key's load, or lead it
@@ -40,6 +40,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -205,7 +206,7 @@ func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h 
 }
 
 // finishCall counts the call's outcome, and records it on its span and in
-// the metrics.
+// the metrics; finishMany does it for a batch.
 func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V], err error) {
 	countCall(&p.stats, r, err)
 	if p.tel.Metering() {
@@ -233,6 +234,43 @@ func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V
 	if err != nil && !r.NotFound {
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}
+
+// finishMany records the batch's outcome: metrics per key, as Get's, and
+// on the batch's span the count of keys per source.
+func (p *Pipeline[V]) finishMany(ctx context.Context, sp trace.Span, b *manyCall[V]) {
+	var counts [len(sourceNames)]int
+	open := 0
+	for k, r := range b.res {
+		countCall(&p.stats, &r, b.errs[k])
+		if int(r.Source) < len(counts) {
+			counts[r.Source]++
+		}
+		if r.FailedOpen {
+			open++
+		}
+		if p.tel.Metering() {
+			if r.Cause != nil {
+				p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
+			}
+		}
+	}
+	if sp == nil {
+		return
+	}
+	for i, n := range counts {
+		if n > 0 {
+			sp.SetAttributes(attribute.Int("herdguard.keys."+sourceNames[i], n))
+		}
+	}
+	sp.SetAttributes(attrOpenKeys.Int(open), attrFailedKeys.Int(len(b.errs)))
+	if open > 0 {
+		sp.SetAttributes(telemetry.FailedOpen.Bool(true))
+	}
+	if len(b.errs) > 0 {
+		sp.SetStatus(codes.Error, b.errs.Error())
 	}
 	sp.End()
 }

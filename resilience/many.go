@@ -5,11 +5,9 @@ import (
 	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/telemetry"
 )
 
 // LoadManyFunc loads the values of keys in one call: one SQL query with
@@ -43,9 +41,11 @@ var (
 // answer, written back in one round trip (write, release and announce per
 // key). More than [GetManyChunk] misses go through these steps a chunk at
 // a time, with a loader call per chunk. (A round trip carries at most 128
-// commands: a chunk's look goes out as a few of them, side by side.) Keys another process holds are waited for together, woken by their
-// announcements, with the waiters' rules of [Pipeline.Get] (a dead holder
-// taken over, MaxWait, then a load without the lock). Keys another caller
+// commands: a chunk's look goes out as a few of them, side by side.) Keys
+// another process holds are waited for together, in the wait loop of
+// [Pipeline.Get] with its rules (woken by their announcements, a dead
+// holder taken over, MaxWait, then a load without the lock); the wait
+// ends with the shared load's FlightTimeout. Keys another caller
 // of this process is already loading, with Get or GetMany, are joined, not
 // loaded again.
 //
@@ -192,43 +192,6 @@ func (p *Pipeline[V]) settle(ctx context.Context, b *manyCall[V], a answer[V], s
 	if err != nil && !r.NotFound {
 		b.errs[a.key] = err
 	}
-}
-
-// finishMany records the batch's outcome: metrics per key, as Get's, and
-// on the batch's span the count of keys per source.
-func (p *Pipeline[V]) finishMany(ctx context.Context, sp trace.Span, b *manyCall[V]) {
-	var counts [len(sourceNames)]int
-	open := 0
-	for k, r := range b.res {
-		countCall(&p.stats, &r, b.errs[k])
-		if int(r.Source) < len(counts) {
-			counts[r.Source]++
-		}
-		if r.FailedOpen {
-			open++
-		}
-		if p.tel.Metering() {
-			if r.Cause != nil {
-				p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
-			}
-		}
-	}
-	if sp == nil {
-		return
-	}
-	for i, n := range counts {
-		if n > 0 {
-			sp.SetAttributes(attribute.Int("herdguard.keys."+sourceNames[i], n))
-		}
-	}
-	sp.SetAttributes(attrOpenKeys.Int(open), attrFailedKeys.Int(len(b.errs)))
-	if open > 0 {
-		sp.SetAttributes(telemetry.FailedOpen.Bool(true))
-	}
-	if len(b.errs) > 0 {
-		sp.SetStatus(codes.Error, b.errs.Error())
-	}
-	sp.End()
 }
 
 // oneOfMany turns a batch loader into a loader of one key, for refreshes.
