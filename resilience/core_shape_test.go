@@ -54,11 +54,14 @@ func callers(t *testing.T, name string) []string {
 }
 
 // TestCore_oneLaunch: background work (shared loads, refreshes, releases)
-// starts in one place, launch, the only function that counts work for
-// Close.
+// starts in one place, launch; beside it, only the two callers that run a
+// load on their own goroutine and context count it for Close.
 func TestCore_oneLaunch(t *testing.T) {
-	if got := callers(t, "bg.add"); !slices.Equal(got, []string{"launch"}) {
-		t.Errorf("tasks.add is called from %v; want launch alone", got)
+	if got := callers(t, "bg.add"); !slices.Equal(got, []string{"fetchAlone", "launch", "missMany"}) {
+		t.Errorf("tasks.add is called from %v; want launch, fetchAlone and missMany alone", got)
+	}
+	if got := callers(t, "launch"); len(got) != 5 {
+		t.Errorf("launch is called from %v; want the five launches of background work", got)
 	}
 }
 

@@ -36,15 +36,15 @@ func (p *Pipeline[V]) fetchAlone(ctx context.Context, key string, load LoadFunc[
 	if finished {
 		return err
 	}
-	// The load runs on the caller's goroutine and context; Close waits for
-	// it.
-	if !p.launch(ctx, launching{attached: true, inline: true}, func(ctx context.Context) {
-		err = p.fetchLoad(ctx, key, load, o, &pd)
-	}) {
+	// The load runs on the caller's goroutine and context, counted for
+	// Close to wait for, without launch: the closure launch takes would
+	// move o to the heap on every call, an L2 hit's too.
+	if !p.bg.add() {
 		p.releaseLook(ctx, key, &pd.lk)
 		return ErrClosed
 	}
-	return err
+	defer p.bg.done()
+	return p.fetchLoad(ctx, key, load, o, &pd)
 }
 
 // fetchInto is the whole shared part of a miss, into o: L2, then the

@@ -9,11 +9,8 @@ import (
 // launching says how launch runs a piece of background work: the
 // differences between its callers (a shared load, a refresh, a release).
 type launching struct {
-	// timeout is the work's own deadline, from its launch; 0: none.
+	// timeout is the work's own deadline, from its launch.
 	timeout time.Duration
-	// attached keeps ctx's cancellation: work a caller runs for itself,
-	// inline, which Close waits for as it does for the rest.
-	attached bool
 	// inline runs the work on the caller's goroutine, which waits for it:
 	// for a caller whose context cannot end, which never leaves early.
 	inline bool
@@ -28,23 +25,18 @@ type launching struct {
 }
 
 // launch runs fn as background work: on ctx's values (its span) without
-// its cancellation (unless how.attached), so that it outlives a caller who
-// leaves, under a deadline of its own, on a goroutine of its own, counted
-// in p.bg: Close waits for it. It is the only place that counts work in
-// p.bg and the only one that starts a goroutine for it. Once the pipeline
-// is closing it runs nothing and returns false, unless how.anyway.
+// its cancellation, so that it outlives a caller who leaves, under a
+// deadline of its own, on a goroutine of its own, counted in p.bg: Close
+// waits for it. It is the only place that starts background work. (A
+// caller that runs a load on its own goroutine and context, fetchAlone or
+// missMany, counts it in p.bg itself.) Once the pipeline is closing it
+// runs nothing and returns false, unless how.anyway.
 func (p *Pipeline[V]) launch(ctx context.Context, how launching, fn func(context.Context)) bool {
 	counted := p.bg.add()
 	if !counted && !how.anyway {
 		return false
 	}
-	if !how.attached {
-		ctx = context.WithoutCancel(ctx)
-	}
-	cancel := context.CancelFunc(func() {})
-	if how.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, how.timeout)
-	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), how.timeout)
 	if how.first != nil {
 		how.first(ctx)
 	}

@@ -143,23 +143,26 @@ type manyCall[V any] struct {
 // joinFlightMany), then settles each key as its answer comes, until ctx
 // ends. Close waits for it.
 func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []string, stale map[string]cache.Entry[V], load LoadManyFunc[V]) {
-	if !p.launch(ctx, launching{attached: true, inline: true}, func(ctx context.Context) {
-		// Buffered for every key: nobody ever blocks on it, even once
-		// this call has left.
-		answers := make(chan answer[V], len(misses))
-		p.joinFlightMany(ctx, misses, load, answers)
-		for range misses { // one answer per key
-			select {
-			case a := <-answers:
-				st, hasStale := stale[a.key]
-				p.settle(ctx, b, a, st, hasStale)
-			case <-ctx.Done():
-				b.failRest(misses, ctx.Err())
-				return
-			}
-		}
-	}) {
+	// The loads run on the caller's goroutine, or are launched (see
+	// joinFlightMany); Close waits for this call too.
+	if !p.bg.add() {
 		b.failRest(misses, ErrClosed)
+		return
+	}
+	defer p.bg.done()
+	// Buffered for every key: nobody ever blocks on it, even once this
+	// call has left.
+	answers := make(chan answer[V], len(misses))
+	p.joinFlightMany(ctx, misses, load, answers)
+	for range misses { // one answer per key
+		select {
+		case a := <-answers:
+			st, hasStale := stale[a.key]
+			p.settle(ctx, b, a, st, hasStale)
+		case <-ctx.Done():
+			b.failRest(misses, ctx.Err())
+			return
+		}
 	}
 }
 
