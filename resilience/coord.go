@@ -48,8 +48,8 @@ type coord[V any] interface {
 	// commitMany writes many entries, each with commit's rules when it
 	// carries a token (a plain write when not), in one step.
 	commitMany(ctx context.Context, writes []cache.Write[V]) ([]cache.Written, error)
-	// extendMany extends leases, the batch watchdog's beat; lost[i] says
-	// leases[i] was found gone.
+	// extendMany extends leases, the watchdog's beat (of one lease, or a
+	// batch's); lost[i] says leases[i] was found gone.
 	extendMany(ctx context.Context, leases []*lock.Lease) (lost []bool, err error)
 	// release gives lease back and wakes key's waiters.
 	release(ctx context.Context, key string, lease *lock.Lease)
@@ -133,11 +133,12 @@ func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want
 		}
 		return lk, err
 	}
-	g := hold(beat, lease)
+	g := p.hold(beat, lease)
 	e2, f2, err := read(ctx, key)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller left: the look ends with it, and grants nothing.
+		g.end()
 		p.release(ctx, key, lease)
 		return lk, err
 	case err != nil:
@@ -146,6 +147,7 @@ func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want
 		lk.lease, lk.g, lk.readFailed = lease, g, err
 		return lk, nil
 	case w.takes(&e2.Written, f2):
+		g.end()
 		p.release(ctx, key, lease)
 		return look[V]{e: e2, f: f2}, nil
 	case f2 == cache.Stale:
@@ -159,8 +161,8 @@ func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want
 // keys at once: a backend's calls of concurrent callers share its
 // statements (PostgreSQL batches them), where one key after another would
 // cost a chunk thousands of sequential round trips. Each lease won beats
-// from its grant (see lookThenLock) until the batch releases it or ctx
-// ends.
+// from its grant (see lookThenLock) until the batch's watchdog takes over
+// and stops it (holdMany) or ctx ends.
 func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) []look[V] {
 	looks := make([]look[V], len(keys))
 	panics := make([]*PanicError, len(keys))
@@ -228,19 +230,7 @@ func (p *Pipeline[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
 // ctx's values without its cancellation, under releaseTimeout; when the
 // pipeline is closing, at once.
 func (p *Pipeline[V]) background(ctx context.Context, fn func(context.Context)) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	run := func() {
-		defer cancel()
-		fn(rctx)
-	}
-	if !p.bg.add() { // closing: run before Close returns
-		run()
-		return
-	}
-	go func() {
-		defer p.bg.done()
-		run()
-	}()
+	p.launch(ctx, launching{timeout: releaseTimeout, anyway: true}, fn)
 }
 
 // notifyRelease is release for an adapter whose lock does not announce

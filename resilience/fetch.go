@@ -36,10 +36,11 @@ func (p *Pipeline[V]) fetchAlone(ctx context.Context, key string, load LoadFunc[
 	if finished {
 		return err
 	}
-	if !p.bg.add() { // Close waits for loads
-		if pd.lk.lease != nil {
-			p.release(ctx, key, pd.lk.lease)
-		}
+	// The load runs on the caller's goroutine and context, counted for
+	// Close to wait for, without launch: the closure launch takes would
+	// move o to the heap on every call, an L2 hit's too.
+	if !p.bg.add() {
+		p.releaseLook(ctx, key, &pd.lk)
 		return ErrClosed
 	}
 	defer p.bg.done()
@@ -64,9 +65,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 	// Not recoverPanic: a panic must also finish the look and drop pd.
 	defer func() {
 		if v := recover(); v != nil {
-			if pd.lk.lease != nil {
-				p.release(ctx, key, pd.lk.lease) // it beats: give it back
-			}
+			p.releaseLook(ctx, key, &pd.lk) // it beats: give it back
 			pd, finished, err = pending[V]{}, true, panicked("pipeline", v)
 		}
 	}()
@@ -184,6 +183,13 @@ func (p *Pipeline[V]) fetchLoad(ctx context.Context, key string, load LoadFunc[V
 		return p.lockedRest(ctx, key, load, o, pd)
 	}
 	return p.loadAndStore(ctx, key, load, nil, o)
+}
+
+// keyOut is one key's outcome in a batch's shared load.
+type keyOut[V any] struct {
+	o   *outcome[V]
+	err error
+	set bool
 }
 
 // fetchMany is the shared part of a batch's misses: L1 again, then Redis

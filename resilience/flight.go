@@ -165,29 +165,83 @@ func sharedSpan[V any](sp trace.Span, joiner bool, o *outcome[V]) {
 // any other gets it run on a goroutine and waits on done. finished says
 // the flight ended (with err) before that: the pipeline is closing.
 func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFunc[V], f *flight[V], pd pending[V]) (done chan struct{}, finished bool, err error) {
-	if !p.bg.add() { // closing: Close waits for loads, so none may start
-		if pd.lk.lease != nil {
-			p.release(sctx, key, pd.lk.lease)
+	done = p.group.Waitable(f)
+	first := func(fctx context.Context) {
+		if pd.lk.lease != nil && pd.lk.g == nil {
+			// The lease's watchdog starts now (unless it beats since its
+			// grant, see lookThenLock), not when the load's goroutine gets
+			// to run: a busy process must not look dead to the others.
+			pd.lk.g = p.hold(fctx, pd.lk.lease)
 		}
+	}
+	if !p.launch(sctx, launching{timeout: p.flightTimeout, inline: ctx.Done() == nil, first: first}, func(fctx context.Context) {
+		p.group.End(key, f, f.Outcome(), p.fetchLoad(fctx, key, load, f.Outcome(), &pd))
+	}) { // closing: Close waits for loads, so none may start
+		p.releaseLook(sctx, key, &pd.lk)
 		return nil, true, ErrClosed
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), p.flightTimeout)
-	if pd.lk.lease != nil && pd.lk.g == nil {
-		// The lease's watchdog starts now (unless it beats since its
-		// grant, see lookThenLock), not when the goroutine below gets to
-		// run: a busy process must not look dead to the others.
-		pd.lk.g = hold(fctx, pd.lk.lease)
-	}
-	run := func() {
-		defer p.bg.done()
-		defer cancel()
-		p.group.End(key, f, f.Outcome(), p.fetchLoad(fctx, key, load, f.Outcome(), &pd))
-	}
-	done = p.group.Waitable(f)
-	if ctx.Done() == nil {
-		run()
-		return done, false, nil
-	}
-	go run()
 	return done, false, nil
+}
+
+// answer is one missed key's outcome, delivered to the GetMany call.
+type answer[V any] struct {
+	key    string
+	o      *outcome[V]
+	err    error
+	joined bool // another caller's load
+}
+
+// joinFlightMany is joinFlight for a batch's keys, without a goroutine per
+// key: it joins the flights under way (their answers come from the
+// flights' hooks) and leads the others, whose one shared batch load runs
+// detached from ctx, as handOff's does (a caller whose ctx cannot end runs
+// it itself). Without the single-flight the load runs on ctx, on the
+// caller's goroutine. Every key's answer goes to answers, which has room
+// for them all.
+func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load LoadManyFunc[V], answers chan<- answer[V]) {
+	ours := keys
+	var led map[string]*flight[V]
+	if p.group != nil {
+		ours = nil
+		led = make(map[string]*flight[V])
+		for _, k := range keys {
+			f, mine := p.group.Lead(k, func(val any, err error) {
+				o, _ := val.(*outcome[V])
+				answers <- answer[V]{key: k, o: o, err: err, joined: true}
+			})
+			if mine {
+				ours = append(ours, k)
+				led[k] = f
+			}
+		}
+	}
+	if len(ours) == 0 {
+		return
+	}
+	deliver := func(outs map[string]*keyOut[V]) {
+		for _, k := range ours {
+			out := outs[k]
+			if f := led[k]; f != nil {
+				p.group.End(k, f, out.o, out.err)
+			}
+			answers <- answer[V]{key: k, o: out.o, err: out.err}
+		}
+	}
+	if p.group == nil {
+		// Nobody else waits for these loads: they run on the caller's
+		// context.
+		deliver(p.fetchMany(ctx, ours, load))
+		return
+	}
+	// The shared load outlives the caller, who may leave: others may have
+	// joined it.
+	if !p.launch(ctx, launching{timeout: p.flightTimeout, inline: ctx.Done() == nil}, func(fctx context.Context) {
+		deliver(p.fetchMany(fctx, ours, load))
+	}) {
+		outs := make(map[string]*keyOut[V], len(ours))
+		for _, k := range ours {
+			outs[k] = &keyOut[V]{o: &outcome[V]{}, err: ErrClosed}
+		}
+		deliver(outs)
+	}
 }

@@ -1,13 +1,13 @@
 // A call, file by file, in the order it meets them:
 //
-//	get.go       Get, GetResult: the checks, the call, a miss
+//	get.go       Get, GetResult: the checks, the call and its end (a batch's too), a miss
 //	l1.go        the in-process cache (L1): lookup, fill
 //	refresh.go   early refresh of a hot key, background refresh, Refresh
 //	flight.go    the local single-flight: join a key's load, or lead it
 //	fetch.go     the leader's look (L1 again, then L2 through the seam), then the rest
 //	l2.go        L2 reads, the write-back (the commit under a grant)
-//	lock.go      the lock stage: the winner holds and loads; the watchdogs
-//	wait.go      the wait for another holder's value
+//	lock.go      the lock stage: the winner holds and loads; the watchdog
+//	wait.go      the wait loop for the values others hold: a key's, a batch's
 //	loader.go    the loader call and its store, for a key and a batch:
 //	             breaker, timeout, SetTTL (retry.go: retry)
 //	fallback.go  the fallback chain: stale copy, default, error
@@ -20,7 +20,9 @@
 // adapters are coord_redis.go (Redis), coord_backend.go (any Backend) and
 // coord_memory.go (the embedded default). GetMany (many.go: its entry and
 // the settling of each key) takes the same files: each stage's batch form
-// sits beside its single-key form.
+// sits beside its single-key form. launch.go starts every piece of
+// background work (a shared load, a refresh, a release) and counts it for
+// Close.
 //
 // Around them: redisguard.go (the Redis breaker, wiring), backend.go and
 // backendwire.go (a Backend in place of Redis, its wiring), builder.go,
@@ -44,6 +46,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -209,7 +212,7 @@ func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h 
 }
 
 // finishCall counts the call's outcome, and records it on its span and in
-// the metrics.
+// the metrics; finishMany does it for a batch.
 func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V], err error) {
 	countCall(&p.stats, r, err)
 	if p.tel.Metering() {
@@ -237,6 +240,43 @@ func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V
 	if err != nil && !r.NotFound {
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}
+
+// finishMany records the batch's outcome: metrics per key, as Get's, and
+// on the batch's span the count of keys per source.
+func (p *Pipeline[V]) finishMany(ctx context.Context, sp trace.Span, b *manyCall[V]) {
+	var counts [len(sourceNames)]int
+	open := 0
+	for k, r := range b.res {
+		countCall(&p.stats, &r, b.errs[k])
+		if int(r.Source) < len(counts) {
+			counts[r.Source]++
+		}
+		if r.FailedOpen {
+			open++
+		}
+		if p.tel.Metering() {
+			if r.Cause != nil {
+				p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
+			}
+		}
+	}
+	if sp == nil {
+		return
+	}
+	for i, n := range counts {
+		if n > 0 {
+			sp.SetAttributes(attribute.Int("herdguard.keys."+sourceNames[i], n))
+		}
+	}
+	sp.SetAttributes(attrOpenKeys.Int(open), attrFailedKeys.Int(len(b.errs)))
+	if open > 0 {
+		sp.SetAttributes(telemetry.FailedOpen.Bool(true))
+	}
+	if len(b.errs) > 0 {
+		sp.SetStatus(codes.Error, b.errs.Error())
 	}
 	sp.End()
 }

@@ -106,6 +106,7 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g
 			return p.l2.Set(ctx, key, e)
 		})
 		if g != nil && err == nil {
+			g.end()
 			g.lease.Forget() // released by the commit
 			g.released = true
 		}

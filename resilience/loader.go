@@ -62,7 +62,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 		keys[i] = it.key
 	}
 	p.countBatch(ctx, items)
-	stop := p.keepAliveMany(ctx, items)
+	stop := p.holdMany(ctx, items)
 	vals, keyErrs, took, err := p.callLoadMany(withFences(ctx, items), keys, load)
 	stop()
 	allNotFound := errors.Is(err, ErrNotFound)

@@ -84,9 +84,10 @@ func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, 
 // one of lease.
 func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], g *grant) error {
 	if g == nil {
-		g = hold(ctx, lease)
+		g = p.hold(ctx, lease)
 	}
 	defer func() {
+		g.end()
 		if !g.released {
 			p.release(ctx, key, lease)
 		}
@@ -101,18 +102,18 @@ type loadItem struct {
 	lease    *lock.Lease
 	failOpen error
 	// lost is set when the lease was found lost by a watchdog (nil
-	// without a lease): the batch's, in own, or the lease's own, whose
-	// grant it points to; beating says the latter.
-	lost    *atomic.Bool
-	own     atomic.Bool
-	beating bool
+	// without a lease): the batch's, in own, or, when the lease beats
+	// since its grant, g's.
+	lost *atomic.Bool
+	own  atomic.Bool
+	g    *grant
 }
 
 // heldItem is the load of k under the lease lk won.
 func heldItem[V any](k string, lk *look[V]) *loadItem {
 	it := &loadItem{key: k, lease: lk.lease, failOpen: lk.readFailed}
 	if lk.g != nil {
-		it.lost, it.beating = &lk.g.lost, true
+		it.lost, it.g = &lk.g.lost, lk.g
 	} else {
 		it.lost = &it.own
 	}
@@ -209,63 +210,131 @@ type grant struct {
 	// released is set once the write-back released the lock too; read
 	// and written by the holder's goroutine only.
 	released bool
+	// w is the lease's watchdog: a batch of one lease.
+	w     watchdog
+	one   [1]*lock.Lease
+	onesL [1]*atomic.Bool
 }
 
-// hold starts lease's watchdog, which beats until the lease is released
-// or ctx ends, and returns the grant it marks lost.
-func hold(ctx context.Context, lease *lock.Lease) *grant {
+// hold starts lease's watchdog, which beats until end is called or ctx
+// ends, and returns the grant it marks lost: the batch's watchdog for a
+// batch of one.
+func (p *Pipeline[V]) hold(ctx context.Context, lease *lock.Lease) *grant {
 	g := &grant{lease: lease}
-	lease.KeepAlive(ctx, func(error) { g.lost.Store(true) })
+	g.one[0], g.onesL[0] = lease, &g.lost
+	p.watch(ctx, &g.w, g.one[:], g.onesL[:])
 	return g
 }
 
-// keepAliveMany beats for the items' leases while their loader call runs:
-// one watchdog for the batch, extending every lease in one round trip per
+// end stops g's watchdog, waiting for a beat under way: the lease is
+// being given back, or was by a commit.
+func (g *grant) end() { g.w.stop() }
+
+// releaseLook gives back the lease lk won, if any: its watchdog stops
+// and the lock is released.
+func (p *Pipeline[V]) releaseLook(ctx context.Context, key string, lk *look[V]) {
+	if lk.g != nil {
+		lk.g.end()
+	}
+	if lk.lease != nil {
+		p.release(ctx, key, lk.lease)
+	}
+}
+
+// holdMany beats for the items' leases while their loader call runs: one
+// watchdog for the batch, extending every lease in one round trip per
 // beat. It marks an item whose lease was found lost. The returned stop
-// ends it and waits for it.
-func (p *Pipeline[V]) keepAliveMany(ctx context.Context, items []*loadItem) (stop func()) {
-	var held []*loadItem
+// ends it, and the watchdogs of the leases that beat since their grant
+// (see lookThenLockMany), and waits for them.
+func (p *Pipeline[V]) holdMany(ctx context.Context, items []*loadItem) (stop func()) {
+	w := &watchdog{}
 	var leases []*lock.Lease
-	every := time.Duration(0)
+	var lost []*atomic.Bool
+	var own []*grant
 	for _, it := range items {
-		// A lease that beats on its own (from its grant, see
-		// lookThenLockMany) beats until released or forgotten.
-		if it.lease != nil && !it.beating {
-			held = append(held, it)
+		switch {
+		case it.g != nil:
+			own = append(own, it.g)
+		case it.lease != nil:
 			leases = append(leases, it.lease)
-			if every == 0 || it.lease.Every() < every {
-				every = it.lease.Every()
-			}
+			lost = append(lost, it.lost)
 		}
 	}
-	if len(held) == 0 {
-		return func() {}
-	}
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ectx, cancel := context.WithTimeout(ctx, every)
-			lost, _ := p.co.extendMany(ectx, leases)
-			cancel()
-			for i, l := range lost {
-				if l {
-					held[i].lost.Store(true)
-				}
-			}
-		}
-	}()
+	p.watch(ctx, w, leases, lost)
 	return func() {
-		close(quit)
-		<-done
+		w.stop()
+		for _, g := range own {
+			g.end()
+		}
+	}
+}
+
+// watchdog beats for a set of leases, each on the seam's extendMany: the
+// one beat loop, for one lease (hold) or a batch's (holdMany). It runs on
+// a timer: no goroutine waits between beats.
+type watchdog struct {
+	mu      sync.Mutex // held by a beat under way
+	t       *time.Timer
+	stopped bool
+	// leases are those not found lost yet; lost[i] is set when leases[i]
+	// is.
+	leases []*lock.Lease
+	lost   []*atomic.Bool
+}
+
+// watch starts w, beating for leases every period of the one that beats
+// most often, until w is stopped, ctx ends, or every lease was found lost.
+func (p *Pipeline[V]) watch(ctx context.Context, w *watchdog, leases []*lock.Lease, lost []*atomic.Bool) {
+	if len(leases) == 0 {
+		return
+	}
+	every := leases[0].Every()
+	for _, l := range leases[1:] {
+		every = min(every, l.Every())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.leases, w.lost = leases, lost
+	w.t = time.AfterFunc(every, func() { p.beat(ctx, w, every) })
+}
+
+// beat is one tick of w: one extension of its leases, and the next tick
+// unless w was stopped, ctx ended or no lease is left.
+func (p *Pipeline[V]) beat(ctx context.Context, w *watchdog, every time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || ctx.Err() != nil {
+		return
+	}
+	start := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, every)
+	gone, _ := p.co.extendMany(ectx, w.leases) // a failure: the next tick retries
+	cancel()
+	n := 0
+	for i, l := range w.leases {
+		if i < len(gone) && gone[i] {
+			w.lost[i].Store(true)
+			continue
+		}
+		w.leases[n], w.lost[n] = l, w.lost[i]
+		n++
+	}
+	w.leases, w.lost = w.leases[:n], w.lost[:n]
+	if n == 0 {
+		w.stopped = true
+		return
+	}
+	// Beats keep their period however long an extension took, as a
+	// ticker's would.
+	w.t.Reset(max(every-time.Since(start), 0))
+}
+
+// stop stops w, waiting for a beat under way.
+func (w *watchdog) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	if w.t != nil {
+		w.t.Stop()
 	}
 }

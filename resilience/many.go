@@ -5,11 +5,9 @@ import (
 	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/telemetry"
 )
 
 // LoadManyFunc loads the values of keys in one call: one SQL query with
@@ -43,9 +41,11 @@ var (
 // answer, written back in one round trip (write, release and announce per
 // key). More than [GetManyChunk] misses go through these steps a chunk at
 // a time, with a loader call per chunk. (A round trip carries at most 128
-// commands: a chunk's look goes out as a few of them, side by side.) Keys another process holds are waited for together, woken by their
-// announcements, with the waiters' rules of [Pipeline.Get] (a dead holder
-// taken over, MaxWait, then a load without the lock). Keys another caller
+// commands: a chunk's look goes out as a few of them, side by side.) Keys
+// another process holds are waited for together, in the wait loop of
+// [Pipeline.Get] with its rules (woken by their announcements, a dead
+// holder taken over, MaxWait, then a load without the lock); the wait
+// ends with the shared load's FlightTimeout. Keys another caller
 // of this process is already loading, with Get or GetMany, are joined, not
 // loaded again.
 //
@@ -138,107 +138,40 @@ type manyCall[V any] struct {
 	errs KeyErrors
 }
 
-// keyOut is one key's outcome in a batch's shared load.
-type keyOut[V any] struct {
-	o   *outcome[V]
-	err error
-	set bool
-}
-
-// answer is one missed key's outcome, delivered to the GetMany call.
-type answer[V any] struct {
-	key    string
-	o      *outcome[V]
-	err    error
-	joined bool // another caller's load
-}
-
 // missMany answers the keys L1 could not: it joins the loads under way in
-// this process, and runs one shared batch load for the rest.
+// this process, and runs one shared batch load for the rest (see
+// joinFlightMany), then settles each key as its answer comes, until ctx
+// ends. Close waits for it.
 func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []string, stale map[string]cache.Entry[V], load LoadManyFunc[V]) {
+	// The loads run on the caller's goroutine, or are launched (see
+	// joinFlightMany); Close waits for this call too.
 	if !p.bg.add() {
-		for _, k := range misses {
-			b.res[k] = Result[V]{}
-			b.errs[k] = ErrClosed
-		}
+		b.failRest(misses, ErrClosed)
 		return
 	}
 	defer p.bg.done()
 	// Buffered for every key: nobody ever blocks on it, even once this
 	// call has left.
 	answers := make(chan answer[V], len(misses))
-	ours := misses
-	var led map[string]*flight[V]
-	if p.group != nil {
-		ours = nil
-		led = make(map[string]*flight[V])
-		for _, k := range misses {
-			f, mine := p.group.Lead(k, func(val any, err error) {
-				o, _ := val.(*outcome[V])
-				answers <- answer[V]{key: k, o: o, err: err, joined: true}
-			})
-			if mine {
-				ours = append(ours, k)
-				led[k] = f
-			}
-		}
-	}
-	if len(ours) > 0 {
-		deliver := func(outs map[string]*keyOut[V]) {
-			for _, k := range ours {
-				out := outs[k]
-				if f := led[k]; f != nil {
-					p.group.End(k, f, out.o, out.err)
-				}
-				answers <- answer[V]{key: k, o: out.o, err: out.err}
-			}
-		}
-		switch {
-		case p.group == nil:
-			// Nobody else waits for these loads: they run on the caller's
-			// context.
-			deliver(p.fetchMany(ctx, ours, load))
-		case ctx.Done() == nil:
-			// A caller whose context cannot end never leaves early, so
-			// the shared load runs on the caller's goroutine, under a
-			// deadline of its own.
-			fctx, cancel := context.WithTimeout(ctx, p.flightTimeout)
-			deliver(p.fetchMany(fctx, ours, load))
-			cancel()
-		case !p.bg.add():
-			outs := make(map[string]*keyOut[V], len(ours))
-			for _, k := range ours {
-				outs[k] = &keyOut[V]{o: &outcome[V]{}, err: ErrClosed}
-			}
-			deliver(outs)
-		default:
-			// The shared load outlives the caller, who may leave: others
-			// may have joined it. It keeps the caller's values (its span)
-			// but not its cancellation, and gets a deadline of its own.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.flightTimeout)
-			go func() {
-				defer p.bg.done()
-				defer cancel()
-				deliver(p.fetchMany(fctx, ours, load))
-			}()
-		}
-	}
-	pending := make(map[string]struct{}, len(misses))
-	for _, k := range misses {
-		pending[k] = struct{}{}
-	}
-	for len(pending) > 0 {
+	p.joinFlightMany(ctx, misses, load, answers)
+	for range misses { // one answer per key
 		select {
 		case a := <-answers:
-			delete(pending, a.key)
 			st, hasStale := stale[a.key]
 			p.settle(ctx, b, a, st, hasStale)
 		case <-ctx.Done():
-			for k := range pending {
-				b.res[k] = Result[V]{}
-				b.errs[k] = ctx.Err()
-			}
+			b.failRest(misses, ctx.Err())
 			return
+		}
+	}
+}
+
+// failRest answers with err each of keys not answered yet.
+func (b *manyCall[V]) failRest(keys []string, err error) {
+	for _, k := range keys {
+		if _, ok := b.res[k]; !ok {
+			b.res[k] = Result[V]{}
+			b.errs[k] = err
 		}
 	}
 }
@@ -262,43 +195,6 @@ func (p *Pipeline[V]) settle(ctx context.Context, b *manyCall[V], a answer[V], s
 	if err != nil && !r.NotFound {
 		b.errs[a.key] = err
 	}
-}
-
-// finishMany records the batch's outcome: metrics per key, as Get's, and
-// on the batch's span the count of keys per source.
-func (p *Pipeline[V]) finishMany(ctx context.Context, sp trace.Span, b *manyCall[V]) {
-	var counts [len(sourceNames)]int
-	open := 0
-	for k, r := range b.res {
-		countCall(&p.stats, &r, b.errs[k])
-		if int(r.Source) < len(counts) {
-			counts[r.Source]++
-		}
-		if r.FailedOpen {
-			open++
-		}
-		if p.tel.Metering() {
-			if r.Cause != nil {
-				p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
-			}
-		}
-	}
-	if sp == nil {
-		return
-	}
-	for i, n := range counts {
-		if n > 0 {
-			sp.SetAttributes(attribute.Int("herdguard.keys."+sourceNames[i], n))
-		}
-	}
-	sp.SetAttributes(attrOpenKeys.Int(open), attrFailedKeys.Int(len(b.errs)))
-	if open > 0 {
-		sp.SetAttributes(telemetry.FailedOpen.Bool(true))
-	}
-	if len(b.errs) > 0 {
-		sp.SetStatus(codes.Error, b.errs.Error())
-	}
-	sp.End()
 }
 
 // oneOfMany turns a batch loader into a loader of one key, for refreshes.

@@ -604,3 +604,90 @@ func TestGetMany_span(t *testing.T) {
 		t.Errorf("spans:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// A batch's wait for a key that a live holder keeps ends with the batch's
+// shared load, at FlightTimeout, the key answered with that deadline's
+// error: it does not wait on until MaxWait, nor load the key then.
+func TestGetMany_waitEndsWithTheFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	p, _ := manyPod(t, srv, "many-flight-end", func(b *Builder[string]) *Builder[string] {
+		return b.Lock(LockSettings{Poll: 50 * time.Millisecond, MaxWait: 4 * time.Second}).
+			Timeout(100 * time.Millisecond).FlightTimeout(300 * time.Millisecond)
+	})
+	// A live holder: the lock package straight, beating.
+	lease, err := p.locker.TryAcquire(ctx, "a", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.KeepAlive(ctx, nil)
+	defer func() { _ = lease.Release(ctx) }()
+	l := &batchLoader{}
+	start := time.Now()
+	_, err = p.GetMany(ctx, []string{"a"}, l.load)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("GetMany returned after %v; want about FlightTimeout (300ms), well before MaxWait (4s)", took)
+	}
+	var ke KeyErrors
+	if !errors.As(err, &ke) || !errors.Is(ke["a"], context.DeadlineExceeded) {
+		t.Errorf("err %v; want a's KeyErrors entry to be the flight's deadline", err)
+	}
+	if calls := l.snapshot(); len(calls) != 0 {
+		t.Errorf("loader calls %v; want none: a live holder has the key", calls)
+	}
+}
+
+// A batch's holder that loads for six of its beats is slow, not dead: its
+// one watchdog beats for every lease of the batch, and another process's
+// GetMany of the same keys waits for its values instead of taking the
+// keys over.
+func TestGetMany_liveBatchHolderWaitedFor(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s := LockSettings{Lease: 3 * time.Second, MaxWait: 30 * time.Second,
+		Heartbeat: 250 * time.Millisecond, Poll: 10 * time.Millisecond}
+	more := func(b *Builder[string]) *Builder[string] { return b.Lock(s) }
+	holder, _ := manyPod(t, srv, "many-live", more)
+	waiter, _ := manyPod(t, srv, "many-live", more)
+	keys := []string{"a", "b", "c"}
+	var calls atomic.Int32
+	started := make(chan struct{})
+	load := func(ctx context.Context, ks []string) (map[string]string, error) {
+		if calls.Add(1) == 1 {
+			close(started)
+		}
+		slow := time.NewTimer(1500 * time.Millisecond)
+		defer slow.Stop()
+		select {
+		case <-slow.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		m := make(map[string]string, len(ks))
+		for _, k := range ks {
+			m[k] = "v:" + k
+		}
+		return m, nil
+	}
+	held := make(chan error, 1)
+	go func() {
+		_, err := holder.GetMany(ctx, keys, load)
+		held <- err
+	}()
+	<-started
+	rs, err := waiter.GetMany(ctx, keys, load)
+	if err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	for _, k := range keys {
+		if r := rs[k]; r.Value != "v:"+k || r.Source != SourceWaited {
+			t.Errorf("%s: %+v; want the holder's value, waited for", k, r)
+		}
+	}
+	if err := <-held; err != nil {
+		t.Errorf("holder: %v", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("loader calls = %d; want 1: a live holder is waited for", n)
+	}
+}

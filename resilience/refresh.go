@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -30,18 +29,10 @@ func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFun
 	if _, busy := p.refreshing.LoadOrStore(key, struct{}{}); busy {
 		return
 	}
-	if !p.bg.add() {
-		p.refreshing.Delete(key)
-		return
-	}
 	// A refresh serves no caller: it keeps the caller's values (its span)
 	// but not its cancellation.
-	rctx := context.WithoutCancel(ctx)
-	go func() {
-		defer p.bg.done()
+	launched := p.launch(ctx, launching{timeout: p.flightTimeout}, func(fctx context.Context) {
 		defer p.refreshing.Delete(key)
-		fctx, cancel := context.WithTimeout(rctx, p.flightTimeout)
-		defer cancel()
 		// The refresh's span is a child of the call that started it, in
 		// the same trace; it may end after that call's span.
 		var sp trace.Span
@@ -63,37 +54,10 @@ func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFun
 			}
 			sp.End()
 		}
-	}()
-}
-
-// tasks counts a pipeline's background work (shared loads, refreshes) so
-// that Close can wait for it. Unlike a bare WaitGroup, it refuses new work
-// once closing has begun, so Add never races with Wait.
-type tasks struct {
-	mu     sync.Mutex // guards closed, and orders add against close
-	closed bool
-	wg     sync.WaitGroup
-}
-
-// add counts one task; it returns false once close has begun.
-func (t *tasks) add() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
+	})
+	if !launched {
+		p.refreshing.Delete(key)
 	}
-	t.wg.Add(1)
-	return true
-}
-
-func (t *tasks) done() { t.wg.Done() }
-
-// close refuses new tasks and waits for the running ones.
-func (t *tasks) close() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-	t.wg.Wait()
 }
 
 // Refresh loads key now, whatever the caches hold, stores the value as a
@@ -112,27 +76,22 @@ func (p *Pipeline[V]) Refresh(ctx context.Context, key string, load LoadFunc[V])
 		return zero, err
 	}
 	after := time.Now()
-	run := func() (any, error) {
-		// The shared load keeps the first caller's values (its span) but
-		// not its cancellation.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.flightTimeout)
-		defer cancel()
-		o := &outcome[V]{refresh: true, after: after}
-		return o, p.fetchInto(fctx, key, load, o)
-	}
 	type res struct {
 		o   any
 		err error
 	}
 	ch := make(chan res, 1) // buffered: a caller that left never blocks the load
-	if !p.bg.add() {
+	// The shared load keeps the first caller's values (its span) but not
+	// its cancellation.
+	if !p.launch(ctx, launching{timeout: p.flightTimeout}, func(fctx context.Context) {
+		o, err, _ := p.writes.refreshes.Do(key, func() (any, error) {
+			o := &outcome[V]{refresh: true, after: after}
+			return o, p.fetchInto(fctx, key, load, o)
+		})
+		ch <- res{o, err}
+	}) {
 		return zero, ErrClosed
 	}
-	go func() {
-		defer p.bg.done()
-		o, err, _ := p.writes.refreshes.Do(key, run)
-		ch <- res{o, err}
-	}()
 	select {
 	case <-ctx.Done():
 		return zero, ctx.Err()

@@ -16,9 +16,10 @@ import (
 	"github.com/herdguard/herdguard/telemetry"
 )
 
-// The wait for a key another holds, and for many keys at once: woken by
-// the holder's announcement, with a jittered backoff poll as the safety
-// net; each look goes through the seam's look that also tries the lock.
+// The wait for a key another holds, and for many keys at once, in one
+// loop (wait): woken by the holders' announcements, with a jittered
+// backoff poll as the safety net; each look goes through the seam's look
+// that also tries the lock.
 
 // subscribe subscribes to key's announcements for a wait, given the
 // notifier's mark taken before the look that found the lock held: an
@@ -30,27 +31,163 @@ func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{},
 	return p.co.subscribe(key, mark)
 }
 
-// await is a waiter's part: woken by the holder's announcement, with a
-// jittered backoff poll as the safety net. Each look reads the value and,
-// if it is not there, tries the lock, which takes it over when the holder
-// stopped beating: the first waiter to look then loads under a new grant,
-// and the others keep waiting for its value. A live holder is waited for
-// up to MaxWait; then the waiter loads unlocked. After an announcement,
-// which says the value most likely landed, the look starts with a plain
-// read, and tries the lock only if that finds no fresh value.
+// wait is the wait loop, for one key another holds (await) or for a
+// batch's keys (awaitMany): woken by the holders' announcements, with a
+// jittered backoff poll of every key still waited for as the safety net.
+// Each look (w.look) reads the value and, if it is not there, tries the
+// lock, which takes it over when the holder stopped beating: the first
+// waiter to look then loads under a new grant, and the others keep
+// waiting for its value. A live holder is waited for up to MaxWait; then
+// the keys still waited for are loaded unlocked (w.spent). After an
+// announcement, which says the value most likely landed, the look starts
+// with a plain read, and tries the lock only if that finds no fresh value.
 //
-// The lock was found held after the look (or read) that missed, and mark
-// was taken before it: the subscription hears of every announcement since,
-// so until an announcement or a poll tick there is nothing new to look at,
-// and the first look costs no Redis command.
+// The lock was found held after the look that missed, and the
+// subscriptions (sub) hear of every announcement since: until an
+// announcement or a poll tick there is nothing new to look at, and the
+// first look costs no command.
 //
 // An announcement whose look finds no fresh value and the lock still held
-// told nothing (forged, or a write that landed no value): announcements
-// then do not wake the waiter again before the next poll tick, whose look
-// covers them. A flood of such announcements thus costs at most one look
-// per poll interval, not one per message; a true one after a false one
-// waits for the tick at worst.
-func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, mark uint64) error {
+// told nothing (forged, or a write that landed no value): that key's
+// announcements then do not wake the wait again before the next poll
+// tick, whose look covers them. A flood of such announcements thus costs
+// at most one look per poll interval, not one per message; a true one
+// after a false one waits for the tick at worst.
+//
+// It returns the keys still waited for when ctx ended (none otherwise).
+func (p *Pipeline[V]) wait(ctx context.Context, keys []string, sub waitSub, start time.Time, w waitLooks) []string {
+	bo := p.pollBackOff()
+	pending := keys
+	var waiting map[string]bool // the keys of pending, for a fan-in's
+	if sub.heard != nil {
+		waiting = make(map[string]bool, len(keys))
+		for _, k := range keys {
+			waiting[k] = true
+		}
+	}
+	var quiet map[string]bool // keys heard again only after the next poll
+	listened := func(k string) bool { return (waiting == nil || waiting[k]) && !quiet[k] }
+	// Announced since the look: look again at once.
+	due, announced := sub.drain(pending, listened), true
+	if len(due) == 0 && sub.lookNow {
+		due, announced = pending, false
+	}
+	for len(pending) > 0 {
+		if len(due) > 0 {
+			still := w.look(ctx, due, announced)
+			pending = remaining(pending, due, still)
+			if ctx.Err() != nil {
+				break
+			}
+			if waiting != nil {
+				clear(waiting)
+				for _, k := range pending {
+					waiting[k] = true
+				}
+			}
+			if announced && len(still) > 0 {
+				if quiet == nil {
+					quiet = make(map[string]bool, len(still))
+				}
+				for _, k := range still {
+					quiet[k] = true
+				}
+			}
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		left := p.lockCfg.MaxWait - time.Since(start)
+		if left <= 0 {
+			w.spent(ctx, pending)
+			return nil
+		}
+		// One key's subscription, quiet after a false announcement: the
+		// next wake-up is the poll's.
+		woken := sub.woken
+		if quiet[pending[0]] {
+			woken = nil
+		}
+		t := time.NewTimer(min(bo.NextBackOff(), left))
+		due, announced = nil, true
+		select {
+		case <-t.C: // the poll: look at every key; it covers what was announced
+			sub.drain(pending, func(string) bool { return false })
+			clear(quiet)
+			due, announced = pending, false
+		case <-ctx.Done():
+			t.Stop()
+			return pending
+		case <-woken:
+			due = pending
+		case k := <-sub.heard:
+			due = drainHeard(sub.heard, k, listened)
+		}
+		t.Stop()
+	}
+	if ctx.Err() != nil {
+		return pending
+	}
+	return nil
+}
+
+// waitSub is where a wait hears its keys' announcements: one key's own
+// subscription (woken), or, for a batch, the fan-in of its keys' (heard).
+// lookNow says the notifier keeps no marks: look once before waiting.
+type waitSub struct {
+	woken   <-chan struct{}
+	heard   <-chan string
+	lookNow bool
+}
+
+// drain returns the keys of pending announced now that keep accepts.
+func (s waitSub) drain(pending []string, keep func(string) bool) []string {
+	if s.heard != nil {
+		return drainHeard(s.heard, "", keep)
+	}
+	select {
+	case <-s.woken:
+		if keep(pending[0]) {
+			return pending
+		}
+	default:
+	}
+	return nil
+}
+
+// waitLooks is what a wait's looks do, for one key or a batch's.
+type waitLooks struct {
+	// look looks at keys (announced: woken by an announcement), settles
+	// those it can, loads those it must, and returns those a live holder
+	// still holds.
+	look func(ctx context.Context, keys []string, announced bool) (held []string)
+	// spent loads keys, still held once MaxWait is spent, unlocked.
+	spent func(ctx context.Context, keys []string)
+}
+
+// remaining is pending without the keys of looked that the look settled
+// (those not in still).
+func remaining(pending, looked, still []string) []string {
+	if len(looked) == len(pending) {
+		return still // every key was looked at
+	}
+	if len(looked) == len(still) {
+		return pending
+	}
+	settled := make(map[string]bool, len(looked))
+	for _, k := range looked {
+		settled[k] = true
+	}
+	for _, k := range still {
+		delete(settled, k)
+	}
+	return slices.DeleteFunc(pending, func(k string) bool { return settled[k] })
+}
+
+// await is a waiter's part for one key: the wait loop over one key, on
+// the key's own subscription (no fan-in). mark was taken before the look
+// that found the lock held.
+func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, mark uint64) (err error) {
 	woken, unsubscribe, lookNow := p.subscribe(key, mark)
 	defer unsubscribe()
 	var wsp trace.Span
@@ -58,75 +195,74 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		ctx, wsp = p.tel.Start(ctx, telemetry.SpanLockWait)
 		defer wsp.End()
 	}
-	bo := p.pollBackOff()
-	look, announced := lookNow, false
-	select {
-	case <-woken: // announced since the read that missed
-		look, announced = true, true
-	default:
-	}
-	for {
-		if look {
-			// An announcement says the value most likely landed: with
-			// Redis, a plain read, the cheapest command, answers; only
-			// when it finds no fresh value does the look try the lock. A
-			// burst wakes every waiter of a process at once, so their
-			// reads go out together, and Redis runs no script for them.
-			lk, err := p.co.lookOrLock(ctx, key, announced, o.want())
-			switch {
-			case err == nil && lk.lease != nil:
-				p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
-				if lk.readFailed != nil {
-					o.failOpen(lk.readFailed)
-				}
-				return p.holdAndLoad(ctx, key, load, lk.lease, o, nil)
-			case err == nil:
-				p.fillL1(key, lk.e, o)
-				p.lockOutcome(ctx, sp, "waited", start, nil)
-				o.res, err = fromEntry(&lk.e, SourceWaited)
-				return err
-			case errors.Is(err, lock.ErrNotAcquired):
-			case ctx.Err() != nil:
-				return err
-			case classify(ctx, err) == errData:
-				p.lockOutcome(ctx, sp, "timeout", start, nil)
-				return p.loadAndStore(ctx, key, load, nil, o)
-			default:
-				return p.loadUnlocked(ctx, sp, err, key, load, o, start)
+	keys := []string{key}
+	look := func(ctx context.Context, _ []string, announced bool) []string {
+		// An announcement says the value most likely landed: with Redis,
+		// a plain read, the cheapest command, answers; only when it finds
+		// no fresh value does the look try the lock. A burst wakes every
+		// waiter of a process at once, so their reads go out together,
+		// and Redis runs no script for them.
+		lk, lerr := p.co.lookOrLock(ctx, key, announced, o.want())
+		switch {
+		case lerr == nil && lk.lease != nil:
+			p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
+			if lk.readFailed != nil {
+				o.failOpen(lk.readFailed)
 			}
-		}
-		left := p.lockCfg.MaxWait - time.Since(start)
-		if left <= 0 {
+			err = p.holdAndLoad(ctx, key, load, lk.lease, o, nil)
+		case lerr == nil:
+			p.fillL1(key, lk.e, o)
+			p.lockOutcome(ctx, sp, "waited", start, nil)
+			o.res, err = fromEntry(&lk.e, SourceWaited)
+		case errors.Is(lerr, lock.ErrNotAcquired):
+			return keys
+		case ctx.Err() != nil:
+			err = lerr
+		case classify(ctx, lerr) == errData:
 			p.lockOutcome(ctx, sp, "timeout", start, nil)
-			if wsp != nil {
-				wsp.AddEvent("MaxWait spent while the holder lives; loading unlocked")
-			}
-			p.duplicates(ctx, dupMaxWait, 1)
-			return p.loadAndStore(ctx, key, load, nil, o)
+			err = p.loadAndStore(ctx, key, load, nil, o)
+		default:
+			err = p.loadUnlocked(ctx, sp, lerr, key, load, o, start)
 		}
-		// Still waiting after an announcement: it told nothing, so the
-		// next wake-up is the poll's (see above).
-		wake := woken
-		if announced {
-			wake = nil
+		return nil
+	}
+	spent := func(ctx context.Context, _ []string) {
+		p.lockOutcome(ctx, sp, "timeout", start, nil)
+		if wsp != nil {
+			wsp.AddEvent("MaxWait spent while the holder lives; loading unlocked")
 		}
-		t := time.NewTimer(min(bo.NextBackOff(), left))
-		announced = false
-		select {
-		case <-wake:
-			announced = true
-		case <-t.C:
-			// The poll's look covers what was announced before it.
-			select {
-			case <-woken:
-			default:
-			}
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		p.duplicates(ctx, dupMaxWait, 1)
+		err = p.loadAndStore(ctx, key, load, nil, o)
+	}
+	if left := p.wait(ctx, keys, waitSub{woken: woken, lookNow: lookNow}, start, waitLooks{look: look, spent: spent}); len(left) > 0 {
+		return ctx.Err()
+	}
+	return err
+}
+
+// awaitMany is the waiters' part for a batch's keys, in one wait: the
+// wait loop over the keys, on the fan-in of their subscriptions. The keys
+// that come due together are looked at in one round trip (lookAgain), and
+// loaded in one loader call.
+func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[string]<-chan struct{}, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) {
+	heard, stop := fanIn(keys, subs)
+	defer stop()
+	look := func(ctx context.Context, due []string, _ bool) []string {
+		return p.lookAgain(ctx, due, load, outs, start)
+	}
+	spent := func(ctx context.Context, pending []string) {
+		items := make([]*loadItem, len(pending))
+		for i, k := range pending {
+			p.lockOutcome(ctx, nil, "timeout", start, nil)
+			items[i] = &loadItem{key: k}
 		}
-		t.Stop()
-		look = true
+		p.duplicates(ctx, dupMaxWait, len(items))
+		p.loadBatch(ctx, items, load, outs)
+	}
+	left := p.wait(ctx, slices.Clone(keys), waitSub{heard: heard}, start, waitLooks{look: look, spent: spent})
+	for _, k := range left {
+		out := outs[k]
+		out.err, out.set = ctx.Err(), true
 	}
 }
 
@@ -141,80 +277,6 @@ func (p *Pipeline[V]) pollBackOff() *backoff.ExponentialBackOff {
 		backoff.WithMaxInterval(time.Second),
 		backoff.WithMaxElapsedTime(0),
 	)
-}
-
-// awaitMany is the waiters' part for many keys at once, in one wait: each
-// key's announcement wakes a look at the keys announced (one round trip
-// for them all), with a jittered backoff poll of every key still waited
-// for as the safety net. A look that takes the lock (its holder died or
-// gave up) loads that key; a live holder is waited for up to MaxWait, then
-// the keys still waited for are loaded without the lock. Keys that come
-// due together are loaded in one loader call. A key whose announcement
-// the look found false (still held, no value) is not woken by its
-// announcements again before the next poll, as in await.
-func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[string]<-chan struct{}, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) {
-	bo := p.pollBackOff()
-	heard, stop := fanIn(keys, subs)
-	defer stop()
-	pending := slices.Clone(keys)
-	waiting := make(map[string]bool, len(keys)) // the keys of pending
-	for _, k := range keys {
-		waiting[k] = true
-	}
-	quiet := map[string]bool{} // keys heard again only after the next poll
-	listened := func(k string) bool { return waiting[k] && !quiet[k] }
-	// Announced since the look: look again at once.
-	woken := drainHeard(heard, "", listened)
-	polled := false
-	for len(pending) > 0 {
-		if len(woken) > 0 {
-			pending = p.lookAgain(ctx, woken, pending, load, outs, start)
-			if ctx.Err() != nil {
-				break
-			}
-			clear(waiting)
-			for _, k := range pending {
-				waiting[k] = true
-			}
-			if !polled {
-				for _, k := range woken {
-					quiet[k] = waiting[k]
-				}
-			}
-		}
-		if len(pending) == 0 {
-			return
-		}
-		left := p.lockCfg.MaxWait - time.Since(start)
-		if left <= 0 {
-			items := make([]*loadItem, len(pending))
-			for i, k := range pending {
-				p.lockOutcome(ctx, nil, "timeout", start, nil)
-				items[i] = &loadItem{key: k}
-			}
-			p.duplicates(ctx, dupMaxWait, len(items))
-			p.loadBatch(ctx, items, load, outs)
-			return
-		}
-		t := time.NewTimer(min(bo.NextBackOff(), left))
-		woken, polled = nil, false
-		select {
-		case <-t.C: // the poll: look at every key; it covers what was announced
-			drainHeard(heard, "", func(string) bool { return false })
-			clear(quiet)
-			woken, polled = slices.Clone(pending), true
-		case <-ctx.Done():
-		case k := <-heard:
-			woken = drainHeard(heard, k, listened)
-		}
-		t.Stop()
-	}
-	if err := ctx.Err(); err != nil {
-		for _, k := range pending {
-			out := outs[k]
-			out.err, out.set = err, true
-		}
-	}
 }
 
 // fanIn passes the announcements of keys, heard on their subscriptions,
@@ -277,10 +339,9 @@ func drainHeard(heard <-chan string, first string, keep func(string) bool) []str
 }
 
 // lookAgain looks at the woken keys in one round trip, settles those it
-// can, loads those it must, and returns the keys still waited for.
-func (p *Pipeline[V]) lookAgain(ctx context.Context, woken, pending []string, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) []string {
+// can, loads those it must, and returns those a live holder still holds.
+func (p *Pipeline[V]) lookAgain(ctx context.Context, woken []string, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) (held []string) {
 	looks, err := p.co.lookOrLockMany(ctx, woken)
-	done := make(map[string]bool, len(woken))
 	var items []*loadItem
 	for i, k := range woken {
 		out := outs[k]
@@ -291,7 +352,6 @@ func (p *Pipeline[V]) lookAgain(ctx context.Context, woken, pending []string, lo
 				p.lockOutcome(ctx, nil, "failed_open", start, nil)
 				items = append(items, &loadItem{key: k, failOpen: err})
 			}
-			done[k] = true
 			continue
 		}
 		lk := &looks[i]
@@ -308,14 +368,13 @@ func (p *Pipeline[V]) lookAgain(ctx context.Context, woken, pending []string, lo
 			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
 			items = append(items, heldItem(k, lk))
 		case errors.Is(lk.err, lock.ErrNotAcquired):
-			continue
+			held = append(held, k)
 		default:
 			if it := p.lookFailed(ctx, k, lk.err, out, start); it != nil {
 				items = append(items, it)
 			}
 		}
-		done[k] = true
 	}
 	p.loadBatch(ctx, items, load, outs)
-	return slices.DeleteFunc(pending, func(k string) bool { return done[k] })
+	return held
 }

@@ -1,0 +1,102 @@
+package resilience
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// callers returns, for each call in the package's non-test files whose
+// callee's expression is name or ends in "."+name (p.bg.add for
+// "bg.add"), the function whose body holds it, once each, sorted.
+func callers(t *testing.T, name string) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var in []string
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				called := types.ExprString(call.Fun)
+				if (called == name || strings.HasSuffix(called, "."+name)) && !slices.Contains(in, fd.Name.Name) {
+					in = append(in, fd.Name.Name)
+				}
+				return true
+			})
+		}
+	}
+	slices.Sort(in)
+	return in
+}
+
+// TestCore_oneLaunch: background work (shared loads, refreshes, releases)
+// starts in one place, launch; beside it, only the two callers that run a
+// load on their own goroutine and context count it for Close.
+func TestCore_oneLaunch(t *testing.T) {
+	if got := callers(t, "bg.add"); !slices.Equal(got, []string{"fetchAlone", "launch", "missMany"}) {
+		t.Errorf("tasks.add is called from %v; want launch, fetchAlone and missMany alone", got)
+	}
+	if got := callers(t, "launch"); len(got) != 5 {
+		t.Errorf("launch is called from %v; want the five launches of background work", got)
+	}
+}
+
+// TestCore_oneWatchdog: a lease beats in one loop, beat, on the seam's
+// extendMany, whether it is one lease (hold) or a batch's (holdMany).
+func TestCore_oneWatchdog(t *testing.T) {
+	if got := callers(t, "co.extendMany"); !slices.Equal(got, []string{"beat"}) {
+		t.Errorf("extendMany is called from %v; want beat alone", got)
+	}
+	if got := callers(t, "KeepAlive"); len(got) > 0 {
+		t.Errorf("lock's own watchdog is started from %v; want none", got)
+	}
+}
+
+// TestCore_oneWaitLoop: a key's wait and a batch's are one loop, wait,
+// the only one that paces polls; a key's wait hears its own subscription,
+// without the batch's fan-in.
+func TestCore_oneWaitLoop(t *testing.T) {
+	if got := callers(t, "pollBackOff"); !slices.Equal(got, []string{"wait"}) {
+		t.Errorf("the poll's backoff is made in %v; want wait alone", got)
+	}
+	if got := callers(t, "fanIn"); !slices.Equal(got, []string{"awaitMany"}) {
+		t.Errorf("fanIn is called from %v; want awaitMany alone", got)
+	}
+}
+
+// TestCore_manyAtMost250Lines: many.go holds GetMany's entry, its
+// settling and the LoadManyFunc adapter; each stage's batch form sits in
+// the stage's file.
+func TestCore_manyAtMost250Lines(t *testing.T) {
+	b, err := os.ReadFile("many.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 250 {
+		t.Errorf("many.go has %d lines; want at most 250", n)
+	}
+}
