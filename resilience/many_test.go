@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/internal/rscript"
 )
 
 // batchLoader is a LoadManyFunc that records each call's keys and answers
@@ -433,9 +434,11 @@ func TestGetMany_redis_roundTrips(t *testing.T) {
 		t.Fatalf("%d loader calls, want 1 with every key", len(calls))
 	}
 	// The write-back's round trip may still be under way when a release
-	// goes out on its own goroutine; none is needed here. Each goes out
-	// in batches of at most maxBatch commands.
-	perPhase := int64((len(keys) + maxBatch - 1) / maxBatch)
+	// goes out on its own goroutine; none is needed here. Each runs batch
+	// scripts of at most rscript.MaxKeys keys, at most rscript.Wave of
+	// them per round trip.
+	scripts := (len(keys) + rscript.MaxKeys - 1) / rscript.MaxKeys
+	perPhase := int64((scripts + rscript.Wave - 1) / rscript.Wave)
 	if trips != 2*perPhase {
 		t.Errorf("cold batch: %d round trips, want %d (the look, the write-back, %d each)", trips, 2*perPhase, perPhase)
 	}

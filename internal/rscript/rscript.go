@@ -131,3 +131,61 @@ func load(ctx context.Context, client redis.Scripter, script *redis.Script) erro
 		return ctx.Err()
 	}
 }
+
+// MaxKeys bounds the cache keys that one run of a batch script handles:
+// Redis runs nothing else while a script runs, and 128 keys take it well
+// under a millisecond.
+const MaxKeys = 128
+
+// Wave bounds the batch scripts sent in one round trip by [RunWaves]: a
+// round trip then carries at most Wave*MaxKeys cache keys, a few
+// milliseconds of Redis's time, however large the batch.
+const Wave = 4
+
+// Chunks splits the cache keys 0..n-1 of a batch into the runs of a batch
+// script, in order, each of at most [MaxKeys] keys. With slot non-nil (a
+// Redis Cluster client), the keys of a run share a hash slot, slot(i)
+// being key i's: a script's keys must.
+func Chunks(n int, slot func(i int) uint16) [][]int {
+	var out [][]int
+	if slot == nil {
+		for lo := 0; lo < n; lo += MaxKeys {
+			run := make([]int, 0, min(MaxKeys, n-lo))
+			for i := lo; i < min(lo+MaxKeys, n); i++ {
+				run = append(run, i)
+			}
+			out = append(out, run)
+		}
+		return out
+	}
+	open := map[uint16]int{} // a slot's run still taking keys, by index in out
+	for i := range n {
+		s := slot(i)
+		j, ok := open[s]
+		if !ok || len(out[j]) == MaxKeys {
+			j = len(out)
+			open[s] = j
+			out = append(out, nil)
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
+}
+
+// RunWaves is [RunMany] sent in waves of at most [Wave] commands, one
+// round trip after the other, for the batch scripts of a large batch. It
+// stops at the first wave that fails as a whole and returns its error.
+func RunWaves(ctx context.Context, client redis.Scripter, script *redis.Script, args [][]any) ([]redis.Cmder, error) {
+	if len(args) <= Wave {
+		return RunMany(ctx, client, script, args)
+	}
+	cmds := make([]redis.Cmder, 0, len(args))
+	for lo := 0; lo < len(args); lo += Wave {
+		got, err := RunMany(ctx, client, script, args[lo:min(lo+Wave, len(args))])
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, got...)
+	}
+	return cmds, nil
+}

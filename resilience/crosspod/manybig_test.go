@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/resilience"
@@ -106,7 +109,14 @@ func TestGetMany_acrossPods_largeBatch(t *testing.T) {
 		}
 		largest = n
 	}
-	const pods = 4
+	for _, pods := range []int{1, 4} {
+		t.Run(strconv.Itoa(pods)+"pods", func(t *testing.T) { largeBatch(t, pods, largest) })
+	}
+}
+
+// largeBatch is TestGetMany_acrossPods_largeBatch with pods pods, for the
+// sizes up to largest.
+func largeBatch(t *testing.T, pods, largest int) {
 	srv, admin := startRedis(t)
 	specs := make([]podSpec, pods)
 	for i := range specs {
@@ -129,6 +139,9 @@ func TestGetMany_acrossPods_largeBatch(t *testing.T) {
 				t.Skipf("larger than HERDGUARD_LARGE_BATCH=%d", largest)
 			}
 			prefix := fmt.Sprintf("n%d-", n)
+			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
 			ids := make([]int, pods)
 			for i := range pods {
 				f.mu.Lock()
@@ -148,12 +161,14 @@ func TestGetMany_acrossPods_largeBatch(t *testing.T) {
 				}
 				tooks[i] = (time.Duration(ev.LatencyUS) * time.Microsecond).Round(time.Millisecond)
 			}
+			stats := scriptStats(t, admin)
 			loader := map[string]int{}
-			twice := 0
+			twice, failed := 0, 0
 			for i, s := range sums {
 				if s.Errs > 0 || s.FailedOpen > 0 {
 					t.Errorf("pod %d: %d of %d keys failed open, error %q; want none", i, s.FailedOpen, n, s.FirstErr)
 				}
+				failed += s.FailedOpen
 				for _, k := range s.Loaded {
 					if _, ok := loader[k]; ok {
 						twice++
@@ -179,11 +194,47 @@ func TestGetMany_acrossPods_largeBatch(t *testing.T) {
 			if missing > 0 {
 				t.Errorf("%d of %d keys are not in Redis with their one load's value", missing, n)
 			}
-			t.Logf("FIGURES GetMany of %d cold keys x %d pods (processes), Lock, default op timeout: per-pod latency %v; keys loaded %d, twice %d; failed open %d; not in Redis %d; embedded pipeline, one process: %v",
-				n, pods, tooks, len(loader), twice, sums[0].FailedOpen+sums[1].FailedOpen+sums[2].FailedOpen+sums[3].FailedOpen,
-				missing, embeddedMany(t, keys).Round(time.Millisecond))
+			t.Logf("FIGURES GetMany of %d cold keys x %d pods (processes), Lock, default op timeout: per-pod latency %v; keys loaded %d, twice %d; failed open %d; not in Redis %d; Redis: %s; embedded pipeline, one process: %v",
+				n, pods, tooks, len(loader), twice, failed, missing, stats, embeddedMany(t, keys).Round(time.Millisecond))
 		})
 	}
+}
+
+// scriptStats is INFO commandstats' calls and microseconds per call of
+// the script commands (EVALSHA, EVAL) and the total of every command's
+// microseconds, since the last CONFIG RESETSTAT.
+func scriptStats(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	s, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	total := 0.0
+	for line := range strings.Lines(s) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var calls, usec, per string
+		for f := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				calls = v
+			case "usec":
+				usec = v
+			case "usec_per_call":
+				per = v
+			}
+		}
+		u, _ := strconv.ParseFloat(usec, 64)
+		total += u
+		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+			out = append(out, fmt.Sprintf("%s calls=%s usec_per_call=%s", strings.TrimPrefix(name, "cmdstat_"), calls, per))
+		}
+	}
+	return strings.Join(out, ", ") + fmt.Sprintf(", all commands %.0f ms", total/1000)
 }
 
 // bigEvent waits for pod i's "bigmany" event of call id.
