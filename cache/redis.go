@@ -30,7 +30,9 @@ var (
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
 // satisfy it.
 //
-// The batch methods ([Redis.GetMany], [Redis.SetMany]) send their commands in one round trip:
+// The batch methods send their commands in one round trip ([Redis.GetMany])
+// or in round trips of at most 4 batch scripts of up to 128 writes each
+// ([Redis.SetMany]; on a Cluster, each script's keys share a hash slot),
 // through the client's ProcessBatch(ctx, []redis.Cmder) error method when
 // it has one (the pipeline's auto-pipelining client does), else through
 // its Pipeline method, else one command at a time.

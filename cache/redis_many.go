@@ -63,7 +63,9 @@ type Written struct {
 	Err    error
 }
 
-// SetMany runs writes in one round trip: the i-th outcome is writes[i]'s.
+// SetMany runs writes as batch scripts of up to 128 writes each, 4 a
+// round trip (one round trip for up to 512 writes; a Cluster's scripts
+// carry the writes of one hash slot): the i-th outcome is writes[i]'s.
 // err is the batch's failure, when it failed as a whole.
 func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, error) {
 	out := make([]Written, len(writes))

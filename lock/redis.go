@@ -56,7 +56,9 @@ func afterSettled(err error) {
 // satisfy it.
 //
 // The batch methods ([Redis.TryAcquireOrGetMany], [Redis.ExtendMany],
-// [Redis.ReleaseMany]) send their commands in one round trip:
+// [Redis.ReleaseMany]) run batch scripts of up to 128 keys each, at most
+// 4 of them per round trip (on a Cluster, each script's keys share a
+// hash slot; see [RedisOptions.Cluster]), and send their round trips:
 // through the client's ProcessBatch(ctx, []redis.Cmder) error method when
 // it has one (the pipeline's auto-pipelining client does), else through
 // its Pipeline method, else one command at a time.

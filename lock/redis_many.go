@@ -21,10 +21,13 @@ type Look struct {
 	Err   error  // ErrNotAcquired, a *BackendError, or ctx's error
 }
 
-// TryAcquireOrGetMany is [Redis.TryAcquireOrGet] for many keys in one
-// round trip: the i-th look is keys[i]'s. Keys must be distinct. A grant
-// whose outcome is unknown (the batch failed in flight) is deleted by its
-// token in the background, as TryAcquire does.
+// TryAcquireOrGetMany is [Redis.TryAcquireOrGet] for many keys: the i-th
+// look is keys[i]'s. Keys must be distinct. The keys go as runs of the
+// batch look script (acquire_many.lua, the rules of acquire.lua), up to
+// 128 keys a run, at most 4 runs a round trip, one round trip after the
+// other: one round trip for up to 512 keys. A grant whose outcome is
+// unknown (the batch failed in flight, or a run failed part way) is
+// deleted by its token in the background, as TryAcquire does.
 func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease time.Duration, now time.Time) []Look {
 	looks := make([]Look, len(keys))
 	for _, k := range keys {
@@ -183,8 +186,8 @@ func (r *Redis) releaseMany(ctx context.Context, keys, toks []string, channel st
 }
 
 // ReleaseMany releases leases granted by r (a lease granted elsewhere is
-// released on its own), announcing their keys as Release does, in one
-// round trip, and stops their watchdogs. It returns the first error; a
+// released on its own), announcing their keys as Release does, in round
+// trips as TryAcquireOrGetMany's, and stops their watchdogs. It returns the first error; a
 // lease already released is skipped.
 func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
 	var mine []*Lease
@@ -221,10 +224,11 @@ func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
 	return errors.Join(errs...)
 }
 
-// ExtendMany is each lease's watchdog beat in one round trip: it extends
+// ExtendMany is each lease's watchdog beat, in round trips as
+// TryAcquireOrGetMany's: it extends
 // each of leases (granted by r) to its TTL from now and records the beat.
 // lost[i] is set when leases[i] was found lost (ErrNotHeld); err is the
-// batch's failure, if it failed as a whole.
+// batch's failure, if it failed as a whole or one of its round trips did.
 func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, err error) {
 	lost = make([]bool, len(leases))
 	if len(leases) == 0 {
@@ -248,8 +252,12 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 	if err != nil {
 		return lost, failure(ctx, "extend", leases[0].key, err)
 	}
+	var failed error // a round trip's failure, when only some failed
 	for j, run := range runs {
 		replies, err := cmds[j].(*redis.Cmd).Slice()
+		if err != nil && !isReply(err) && failed == nil {
+			failed = failure(ctx, "extend", leases[run[0]].key, err)
+		}
 		if err != nil || len(replies) != len(run) {
 			continue
 		}
@@ -257,7 +265,7 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 			lost[i] = replies[n] == int64(0)
 		}
 	}
-	return lost, nil
+	return lost, failed
 }
 
 // Every returns how often the lease's watchdog beats.

@@ -1,5 +1,7 @@
 // Package rscript runs the Redis scripts of packages cache and lock, one
-// key at a time or once per key in one batch, always by their SHA: when
+// key at a time, or as the batch scripts of many keys each ([Chunks]
+// splits a batch into their runs, [RunWaves] sends them), always by their
+// SHA: when
 // Redis does not know a script (a new or restarted server), it is loaded
 // once, for all the callers that met NOSCRIPT at the same moment, and run
 // again by its SHA. A script's body never travels with EVAL: go-redis's
@@ -9,6 +11,7 @@
 package rscript
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -173,19 +176,34 @@ func Chunks(n int, slot func(i int) uint16) [][]int {
 }
 
 // RunWaves is [RunMany] sent in waves of at most [Wave] commands, one
-// round trip after the other, for the batch scripts of a large batch. It
-// stops at the first wave that fails as a whole and returns its error.
+// round trip after the other, for the batch scripts of a large batch. A
+// wave that fails as a whole leaves its commands holding its error (fresh
+// commands: the failed ones belong to their round trip), and the next
+// waves still go; the error is the batch's only when every wave failed.
 func RunWaves(ctx context.Context, client redis.Scripter, script *redis.Script, args [][]any) ([]redis.Cmder, error) {
 	if len(args) <= Wave {
 		return RunMany(ctx, client, script, args)
 	}
 	cmds := make([]redis.Cmder, 0, len(args))
+	var first error
+	ok := false
 	for lo := 0; lo < len(args); lo += Wave {
-		got, err := RunMany(ctx, client, script, args[lo:min(lo+Wave, len(args))])
+		wave := args[lo:min(lo+Wave, len(args))]
+		got, err := RunMany(ctx, client, script, wave)
 		if err != nil {
-			return nil, err
+			first = cmp.Or(first, err)
+			for _, a := range wave {
+				c := redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, a...)...)
+				c.SetErr(err)
+				got = append(got, c)
+			}
+		} else {
+			ok = true
 		}
 		cmds = append(cmds, got...)
+	}
+	if !ok {
+		return nil, first
 	}
 	return cmds, nil
 }
