@@ -97,12 +97,12 @@ func (p *pod) bigMany(c command) {
 // without -race.
 //
 // 2026-12-02, the machine shared with other work (load average 6 to 12
-// on two cores), two runs of
+// on two cores), three runs of
 //
 //	HERDGUARD_LARGE_BATCH=1 go test -count=1 -v -run '^TestGetMany_acrossPods_largeBatch$' ./resilience/crosspod
 //
 // per-pod latency, 20,000 keys: 0.61-0.84 s x 1 pod, 2.02-2.17 s x 4;
-// 100,000 keys: 3.35-3.94 s x 1, 10.9-13.4 s x 4; every key loaded once,
+// 100,000 keys: 3.35-4.28 s x 1, 9.5-13.4 s x 4; every key loaded once,
 // 0 failed open (docs/batches.md). With a batch's keys one script each,
 // the same runs took 6.3-6.6 s and 12.5-16.3 s at 100,000 keys, and 4,096
 // to 36,864 of the 4 pods' keys failed open.
