@@ -30,7 +30,9 @@ var (
 // *redis.Client and *redis.ClusterClient (and redis.UniversalClient)
 // satisfy it.
 //
-// The batch methods ([Redis.GetMany], [Redis.SetMany]) send their commands in one round trip:
+// The batch methods send their commands in one round trip ([Redis.GetMany])
+// or in round trips of at most 4 batch scripts of up to 128 writes each
+// ([Redis.SetMany]; on a Cluster, each script's keys share a hash slot),
 // through the client's ProcessBatch(ctx, []redis.Cmder) error method when
 // it has one (the pipeline's auto-pipelining client does), else through
 // its Pipeline method, else one command at a time.
@@ -64,14 +66,28 @@ type RedisOptions struct {
 	// reported to OnCorrupt with an error matching [ErrDecrypt].
 	// default: nil (entries stored in clear)
 	Encrypt *Keyring
+	// Cluster says that client is a Redis Cluster client behind a
+	// wrapper, such as the pipeline's batching client: a batch script of
+	// [Redis.SetMany] then carries only keys of one hash slot, as Redis
+	// Cluster requires. A *redis.ClusterClient is found without it.
+	// default: false
+	Cluster bool
 }
 
-// setScript writes an entry with fencing; see set.lua.
-//
-//go:embed set.lua
-var setSource string
+// setScript writes an entry with fencing, setManyScript the entries of a
+// batch (at most [rscript.MaxKeys] per run); see set.lua, which both
+// share.
+var (
+	//go:embed set.lua
+	setSource string
+	//go:embed set_one.lua
+	setOneSource string
+	//go:embed set_many.lua
+	setManySource string
 
-var setScript = redis.NewScript(setSource)
+	setScript     = redis.NewScript(setSource + setOneSource)
+	setManyScript = redis.NewScript(setSource + setManySource)
+)
 
 // Redis is a shared store of [Entry] values in Redis, one hash per key
 // holding the encoded entry and the fence it was written with.
@@ -82,7 +98,8 @@ var setScript = redis.NewScript(setSource)
 type Redis[V any] struct {
 	client  RedisClient
 	keys    rkey.Space
-	channel any // the announcement channel, boxed once for set.lua
+	channel any  // the announcement channel, boxed once for set.lua
+	cluster bool // a batch script's keys must share a hash slot
 	coder[V]
 }
 
@@ -99,7 +116,8 @@ func NewRedis[V any](client RedisClient, o RedisOptions) (*Redis[V], error) {
 	if o.Encrypt != nil && !o.Encrypt.usable() {
 		return nil, errors.New("cache: Encrypt: the keyring holds no keys; build it with NewKeyring")
 	}
-	r := &Redis[V]{client: client, keys: keys, channel: keys.Channel()}
+	_, cluster := client.(*redis.ClusterClient)
+	r := &Redis[V]{client: client, keys: keys, channel: keys.Channel(), cluster: o.Cluster || cluster}
 	r.init(o.Codec, o.Encrypt, keys.Value, o.OnCorrupt)
 	return r, nil
 }

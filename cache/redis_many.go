@@ -63,7 +63,9 @@ type Written struct {
 	Err    error
 }
 
-// SetMany runs writes in one round trip: the i-th outcome is writes[i]'s.
+// SetMany runs writes as batch scripts of up to 128 writes each, 4 a
+// round trip (one round trip for up to 512 writes; a Cluster's scripts
+// carry the writes of one hash slot): the i-th outcome is writes[i]'s.
 // err is the batch's failure, when it failed as a whole.
 func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, error) {
 	out := make([]Written, len(writes))
@@ -81,20 +83,51 @@ func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, e
 	if len(args) == 0 {
 		return out, nil
 	}
-	cmds, err := rscript.RunMany(ctx, r.client, setScript, args)
+	var runs [][]int // indices in args
+	if r.cluster {
+		runs = rscript.Chunks(len(args), func(j int) uint16 { return rkey.Slot(args[j][1].(string)) })
+	} else {
+		runs = rscript.Chunks(len(args), nil)
+	}
+	many := make([][]any, len(runs))
+	for n, run := range runs {
+		// numkeys, the pairs of keys, the field names, then each write's
+		// w (see set.lua), from setArgs' layout.
+		m := make([]any, 0, 4+9*len(run))
+		m = append(m, 2*len(run))
+		for _, j := range run {
+			m = append(m, args[j][1], args[j][2])
+		}
+		m = append(m, rkey.FieldFence, rkey.FieldData, rkey.FieldExpires)
+		for _, j := range run {
+			a := args[j]
+			m = append(m, a[3], a[4], a[5], a[8], a[10], a[11], a[12])
+		}
+		many[n] = m
+	}
+	cmds, err := rscript.RunWaves(ctx, r.client, setManyScript, many)
 	if err != nil {
 		return nil, fmt.Errorf("cache: set: %w", err)
 	}
-	for j, c := range cmds {
-		i := idx[j]
-		n, err := c.(*redis.Cmd).Int()
-		switch {
-		case err != nil:
-			out[i].Err = fmt.Errorf("cache: set: %w", err)
-		case n < 0:
-			out[i].Err = fmt.Errorf("cache: set: %w", ErrLockLost)
-		default:
-			out[i].Stored = n == 1
+	for n, run := range runs {
+		replies, err := cmds[n].(*redis.Cmd).Slice()
+		if err == nil && len(replies) != len(run) {
+			err = fmt.Errorf("set script returned %d replies for %d writes", len(replies), len(run))
+		}
+		for m, j := range run {
+			i := idx[j]
+			var v int64
+			if err == nil {
+				v, _ = replies[m].(int64)
+			}
+			switch {
+			case err != nil:
+				out[i].Err = fmt.Errorf("cache: set: %w", err)
+			case v < 0:
+				out[i].Err = fmt.Errorf("cache: set: %w", ErrLockLost)
+			default:
+				out[i].Stored = v == 1
+			}
 		}
 	}
 	return out, nil

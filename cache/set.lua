@@ -1,20 +1,24 @@
--- set.lua writes a cache entry unless a newer write has won (fencing), so
--- that a superseded holder's late write-back never overwrites a newer
--- value.
+-- set.lua defines set, which writes a cache entry unless a newer write
+-- has won (fencing), so that a superseded holder's late write-back never
+-- overwrites a newer value. set_one.lua runs it for one write,
+-- set_many.lua for the writes of a batch: both are this file and their own
+-- few lines, so the two forms share every rule.
 --
--- KEYS[1]  value key, a hash: ARGV[4] holds the fence, ARGV[5] the entry
--- KEYS[2]  lock key of the same cache key (a hash; see package lock)
--- ARGV[1]  fence of the write, decimal; "0" means written without a lock
--- ARGV[2]  encoded entry
--- ARGV[3]  time to live in milliseconds, positive
--- ARGV[4]  name of the fence field
--- ARGV[5]  name of the data field
--- ARGV[6]  the writer's lock token, or empty for a write without one
--- ARGV[7]  name of the expiry field
--- ARGV[8]  when the entry stops being fresh, Unix milliseconds
--- ARGV[9]  with a token: an announcement channel, to release the lock and
---          announce the key there in the same round trip; empty for neither
--- ARGV[10] announcement message (the cache key)
+-- set(value, lock, w, fields):
+--   value   value key, a hash: fields[1] holds the fence, fields[2] the
+--           entry
+--   lock    lock key of the same cache key (a hash; see package lock)
+--   w       the write:
+--     w[1]  fence of the write, decimal; "0" means written without a lock
+--     w[2]  encoded entry
+--     w[3]  time to live in milliseconds, positive
+--     w[4]  the writer's lock token, or empty for a write without one
+--     w[5]  when the entry stops being fresh, Unix milliseconds
+--     w[6]  with a token: an announcement channel, to release the lock
+--           and announce the key there in the same script; empty for
+--           neither
+--     w[7]  announcement message (the cache key)
+--   fields  the value hash's field names: fence, data, expiry
 --
 -- Returns 1 when the entry was stored, 0 when a newer entry refused it, -1
 -- when the writer's lock no longer holds its token (taken over, expired,
@@ -37,33 +41,35 @@ local function fence_of(v)
   return nil
 end
 
-if ARGV[6] ~= '' and redis.pcall('HGET', KEYS[2], 't') ~= ARGV[6] then
-  return -1
-end
-
-local current = nil
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'hash' then
-  local raw = redis.call('HGET', KEYS[1], ARGV[4])
-  current = fence_of(raw)
-  if not current then
-    redis.call('DEL', KEYS[1])
+local function set(value, lock, w, fields)
+  if w[4] ~= '' and redis.pcall('HGET', lock, 't') ~= w[4] then
+    return -1
   end
-elseif kind ~= 'none' then
-  -- Not written by this script: readers already treat it as a miss.
-  redis.call('DEL', KEYS[1])
-end
 
-local stored = 0
-if not current or tonumber(ARGV[1]) >= current then
-  redis.call('HSET', KEYS[1], ARGV[4], ARGV[1], ARGV[5], ARGV[2], ARGV[7], ARGV[8])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  stored = 1
+  local current = nil
+  local kind = redis.call('TYPE', value)['ok']
+  if kind == 'hash' then
+    local raw = redis.call('HGET', value, fields[1])
+    current = fence_of(raw)
+    if not current then
+      redis.call('DEL', value)
+    end
+  elseif kind ~= 'none' then
+    -- Not written by this script: readers already treat it as a miss.
+    redis.call('DEL', value)
+  end
+
+  local stored = 0
+  if not current or tonumber(w[1]) >= current then
+    redis.call('HSET', value, fields[1], w[1], fields[2], w[2], fields[3], w[5])
+    redis.call('PEXPIRE', value, w[3])
+    stored = 1
+  end
+  if w[4] ~= '' and w[6] ~= '' then
+    -- The token holds the lock (checked above): give it back and wake the
+    -- waiters, whether this write won or a newer one had.
+    redis.call('DEL', lock)
+    redis.call('PUBLISH', w[6], w[7])
+  end
+  return stored
 end
-if ARGV[6] ~= '' and ARGV[9] ~= '' then
-  -- The token holds the lock (checked above): give it back and wake the
-  -- waiters, whether this write won or a newer one had.
-  redis.call('DEL', KEYS[2])
-  redis.call('PUBLISH', ARGV[9], ARGV[10])
-end
-return stored

@@ -56,7 +56,9 @@ func afterSettled(err error) {
 // satisfy it.
 //
 // The batch methods ([Redis.TryAcquireOrGetMany], [Redis.ExtendMany],
-// [Redis.ReleaseMany]) send their commands in one round trip:
+// [Redis.ReleaseMany]) run batch scripts of up to 128 keys each, at most
+// 4 of them per round trip (on a Cluster, each script's keys share a
+// hash slot; see [RedisOptions.Cluster]), and send their round trips:
 // through the client's ProcessBatch(ctx, []redis.Cmder) error method when
 // it has one (the pipeline's auto-pipelining client does), else through
 // its Pipeline method, else one command at a time.
@@ -98,19 +100,44 @@ type RedisOptions struct {
 	// [RedisNotifier].
 	// default: false
 	Announce bool
+	// Cluster says that client is a Redis Cluster client behind a
+	// wrapper, such as the pipeline's batching client: a batch script
+	// then carries only keys of one hash slot, as Redis Cluster requires
+	// (on a Cluster, nearly every key of a batch has a slot of its own, so
+	// its scripts run about one key each). A *redis.ClusterClient is
+	// found without it. Ignored by [RedisNotifier].
+	// default: false
+	Cluster bool
 }
 
+// Each script comes in two forms sharing one Lua body: for one key, and
+// for the keys of a batch (at most [rscript.MaxKeys] per run).
 var (
 	//go:embed acquire.lua
 	acquireSource string
+	//go:embed acquire_one.lua
+	acquireOneSource string
+	//go:embed acquire_many.lua
+	acquireManySource string
 	//go:embed release.lua
 	releaseSource string
+	//go:embed release_one.lua
+	releaseOneSource string
+	//go:embed release_many.lua
+	releaseManySource string
 	//go:embed extend.lua
 	extendSource string
+	//go:embed extend_one.lua
+	extendOneSource string
+	//go:embed extend_many.lua
+	extendManySource string
 
-	acquireScript = redis.NewScript(rkey.FenceLua + acquireSource)
-	releaseScript = redis.NewScript(releaseSource)
-	extendScript  = redis.NewScript(extendSource)
+	acquireScript     = redis.NewScript(rkey.FenceLua + acquireSource + acquireOneSource)
+	acquireManyScript = redis.NewScript(rkey.FenceLua + acquireSource + acquireManySource)
+	releaseScript     = redis.NewScript(releaseSource + releaseOneSource)
+	releaseManyScript = redis.NewScript(releaseSource + releaseManySource)
+	extendScript      = redis.NewScript(extendSource + extendOneSource)
+	extendManyScript  = redis.NewScript(extendSource + extendManySource)
 )
 
 // Redis is a [Locker] whose locks live in Redis, so that processes sharing
@@ -137,6 +164,7 @@ type Redis struct {
 	retention time.Duration
 	heartbeat time.Duration
 	channel   string // announcement channel on release; empty for none
+	cluster   bool   // a batch script's keys must share a hash slot
 
 	// timing is the acquire script's timing arguments for the lease last
 	// asked for, kept boxed: a pipeline asks for the same lease every time.
@@ -192,6 +220,8 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 	if o.Announce {
 		r.channel = keys.Channel()
 	}
+	_, cluster := client.(*redis.ClusterClient)
+	r.cluster = o.Cluster || cluster
 	return r, nil
 }
 

@@ -21,10 +21,13 @@ type Look struct {
 	Err   error  // ErrNotAcquired, a *BackendError, or ctx's error
 }
 
-// TryAcquireOrGetMany is [Redis.TryAcquireOrGet] for many keys in one
-// round trip: the i-th look is keys[i]'s. Keys must be distinct. A grant
-// whose outcome is unknown (the batch failed in flight) is deleted by its
-// token in the background, as TryAcquire does.
+// TryAcquireOrGetMany is [Redis.TryAcquireOrGet] for many keys: the i-th
+// look is keys[i]'s. Keys must be distinct. The keys go as runs of the
+// batch look script (acquire_many.lua, the rules of acquire.lua), up to
+// 128 keys a run, at most 4 runs a round trip, one round trip after the
+// other: one round trip for up to 512 keys. A grant whose outcome is
+// unknown (the batch failed in flight, or a run failed part way) is
+// deleted by its token in the background, as TryAcquire does.
 func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease time.Duration, now time.Time) []Look {
 	looks := make([]Look, len(keys))
 	for _, k := range keys {
@@ -44,49 +47,71 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 	ms := max(now.UnixMilli(), 1)
 	beat := min(r.heartbeat, lease/3)
 	toks := make([]string, len(keys))
-	args := make([][]any, len(keys))
-	for i, k := range keys {
+	for i := range keys {
 		toks[i] = newToken()
-		args[i] = []any{3, r.keys.Lock(k), r.keys.Fence(k), r.keys.Value(k),
-			toks[i], rkey.Millis(lease), rkey.Millis(lease + r.retention), rkey.FieldFence, rkey.Millis(2 * beat),
-			ms, rkey.FieldData, rkey.FieldExpires}
 	}
-	cmds, berr := rscript.RunMany(ctx, r.client, acquireScript, args)
+	runs := r.chunks(len(keys), func(i int) string { return keys[i] })
+	args := make([][]any, len(runs))
+	for j, run := range runs {
+		a := make([]any, 0, 1+4*len(run)+7)
+		a = append(a, 3*len(run))
+		for _, i := range run {
+			k := keys[i]
+			a = append(a, r.keys.Lock(k), r.keys.Fence(k), r.keys.Value(k))
+		}
+		a = append(a, rkey.Millis(lease), rkey.Millis(lease+r.retention), rkey.FieldFence, rkey.Millis(2*beat),
+			ms, rkey.FieldData, rkey.FieldExpires)
+		for _, i := range run {
+			a = append(a, toks[i])
+		}
+		args[j] = a
+	}
+	cmds, berr := rscript.RunWaves(ctx, r.client, acquireManyScript, args)
 	var unknown []int
 	errs := make([]error, len(keys)) // each key's error, for the cleanup
-	for i, k := range keys {
-		var reply []any
+	for j, run := range runs {
+		var replies []any
 		err := berr
 		if err == nil {
-			reply, err = cmds[i].(*redis.Cmd).Slice()
+			replies, err = cmds[j].(*redis.Cmd).Slice()
 		}
-		errs[i] = err
-		if err == nil && len(reply) < 2 {
-			err = fmt.Errorf("acquire script returned %d values, want at least 2", len(reply))
+		if err == nil && len(replies) != len(run) {
+			err = fmt.Errorf("acquire script returned %d replies for %d keys", len(replies), len(run))
 		}
 		if err != nil {
-			if !isReply(err) {
+			// The run may have stopped part way (or its outcome is
+			// unknown): its keys' grants are deleted by their tokens.
+			for _, i := range run {
+				errs[i] = err
 				unknown = append(unknown, i)
+				looks[i].Err = failure(ctx, "acquire", keys[i], err)
 			}
-			looks[i].Err = failure(ctx, "acquire", k, err)
 			continue
 		}
-		fence, _ := reply[0].(int64)
-		how, _ := reply[1].(int64)
-		if len(reply) > 2 {
-			if s, ok := reply[2].(string); ok {
-				looks[i].Value = []byte(s)
+		for n, i := range run {
+			reply, _ := replies[n].([]any)
+			if len(reply) < 2 {
+				errs[i] = fmt.Errorf("acquire script returned %d values, want at least 2", len(reply))
+				looks[i].Err = failure(ctx, "acquire", keys[i], errs[i])
+				continue
 			}
-		}
-		switch {
-		case fence > 0:
-			l := newLease(r, k, toks[i], fence, lease, beat)
-			l.tookOver = how != 1
-			looks[i].Lease = l
-		case fence < 0:
-			looks[i].Fresh = true
-		default:
-			looks[i].Err = ErrNotAcquired
+			fence, _ := reply[0].(int64)
+			how, _ := reply[1].(int64)
+			if len(reply) > 2 {
+				if s, ok := reply[2].(string); ok {
+					looks[i].Value = []byte(s)
+				}
+			}
+			switch {
+			case fence > 0:
+				l := newLease(r, keys[i], toks[i], fence, lease, beat)
+				l.tookOver = how != 1
+				looks[i].Lease = l
+			case fence < 0:
+				looks[i].Fresh = true
+			default:
+				looks[i].Err = ErrNotAcquired
+			}
 		}
 	}
 	if len(unknown) > 0 {
@@ -99,22 +124,72 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 			}
 			cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 			defer cancel()
-			rel := make([][]any, len(unknown))
+			ks := make([]string, len(unknown))
+			ts := make([]string, len(unknown))
 			for j, i := range unknown {
-				rel[j] = []any{1, r.keys.Lock(keys[i]), toks[i], "", ""}
+				ks[j], ts[j] = keys[i], toks[i]
 			}
-			_, _ = rscript.RunMany(cctx, r.client, releaseScript, rel)
+			_ = r.releaseMany(cctx, ks, ts, "")
 		}()
 	}
 	return looks
 }
 
+// chunks splits n keys (key(i) being the i-th) into the runs of a batch
+// script: see [rscript.Chunks].
+func (r *Redis) chunks(n int, key func(i int) string) [][]int {
+	if !r.cluster {
+		return rscript.Chunks(n, nil)
+	}
+	return rscript.Chunks(n, func(i int) uint16 { return rkey.Slot(r.keys.Lock(key(i))) })
+}
+
+// releaseMany runs release_many.lua for keys, held by toks, announcing on
+// channel (empty for none): err[i] is keys[i]'s failure, nil when
+// released, ErrNotHeld when the token no longer held the lock.
+func (r *Redis) releaseMany(ctx context.Context, keys, toks []string, channel string) []error {
+	errs := make([]error, len(keys))
+	runs := r.chunks(len(keys), func(i int) string { return keys[i] })
+	args := make([][]any, len(runs))
+	for j, run := range runs {
+		a := make([]any, 0, 2+3*len(run))
+		a = append(a, len(run))
+		for _, i := range run {
+			a = append(a, r.keys.Lock(keys[i]))
+		}
+		a = append(a, channel)
+		for _, i := range run {
+			a = append(a, toks[i], keys[i])
+		}
+		args[j] = a
+	}
+	cmds, berr := rscript.RunWaves(ctx, r.client, releaseManyScript, args)
+	for j, run := range runs {
+		var replies []any
+		err := berr
+		if err == nil {
+			replies, err = cmds[j].(*redis.Cmd).Slice()
+		}
+		if err == nil && len(replies) != len(run) {
+			err = fmt.Errorf("release script returned %d replies for %d keys", len(replies), len(run))
+		}
+		for n, i := range run {
+			switch {
+			case err != nil:
+				errs[i] = failure(ctx, "release", keys[i], err)
+			case replies[n] == int64(0):
+				errs[i] = ErrNotHeld
+			}
+		}
+	}
+	return errs
+}
+
 // ReleaseMany releases leases granted by r (a lease granted elsewhere is
-// released on its own), announcing their keys as Release does, in one
-// round trip, and stops their watchdogs. It returns the first error; a
+// released on its own), announcing their keys as Release does, in round
+// trips as TryAcquireOrGetMany's, and stops their watchdogs. It returns the first error; a
 // lease already released is skipped.
 func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
-	var args [][]any
 	var mine []*Lease
 	var errs []error
 	for _, l := range leases {
@@ -131,47 +206,66 @@ func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
 			continue
 		}
 		mine = append(mine, l)
-		args = append(args, []any{1, r.keys.Lock(l.key), l.token, r.channel, l.key})
 	}
-	if len(args) == 0 {
+	if len(mine) == 0 {
 		return errors.Join(errs...)
 	}
-	cmds, err := rscript.RunMany(ctx, r.client, releaseScript, args)
-	if err != nil {
-		return failure(ctx, "release", mine[0].key, err)
+	keys := make([]string, len(mine))
+	toks := make([]string, len(mine))
+	for i, l := range mine {
+		keys[i], toks[i] = l.key, l.token
 	}
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			errs = append(errs, failure(ctx, "release", mine[i].key, err))
+	for _, err := range r.releaseMany(ctx, keys, toks, r.channel) {
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, err) // the first: the others are alike
+			break
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// ExtendMany is each lease's watchdog beat in one round trip: it extends
+// ExtendMany is each lease's watchdog beat, in round trips as
+// TryAcquireOrGetMany's: it extends
 // each of leases (granted by r) to its TTL from now and records the beat.
 // lost[i] is set when leases[i] was found lost (ErrNotHeld); err is the
-// batch's failure, if it failed as a whole.
+// batch's failure, if it failed as a whole or one of its round trips did.
 func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, err error) {
 	lost = make([]bool, len(leases))
 	if len(leases) == 0 {
 		return lost, nil
 	}
-	args := make([][]any, len(leases))
-	for i, l := range leases {
-		args[i] = []any{2, r.keys.Lock(l.key), r.keys.Fence(l.key), l.token, rkey.Millis(l.ttl), rkey.Millis(l.ttl + r.retention)}
+	runs := r.chunks(len(leases), func(i int) string { return leases[i].key })
+	args := make([][]any, len(runs))
+	for j, run := range runs {
+		a := make([]any, 0, 1+5*len(run))
+		a = append(a, 2*len(run))
+		for _, i := range run {
+			a = append(a, r.keys.Lock(leases[i].key), r.keys.Fence(leases[i].key))
+		}
+		for _, i := range run {
+			l := leases[i]
+			a = append(a, l.token, rkey.Millis(l.ttl), rkey.Millis(l.ttl+r.retention))
+		}
+		args[j] = a
 	}
-	cmds, err := rscript.RunMany(ctx, r.client, extendScript, args)
+	cmds, err := rscript.RunWaves(ctx, r.client, extendManyScript, args)
 	if err != nil {
 		return lost, failure(ctx, "extend", leases[0].key, err)
 	}
-	for i, c := range cmds {
-		n, err := c.(*redis.Cmd).Int64()
-		if err == nil && n == 0 {
-			lost[i] = true
+	var failed error // a round trip's failure, when only some failed
+	for j, run := range runs {
+		replies, err := cmds[j].(*redis.Cmd).Slice()
+		if err != nil && !isReply(err) && failed == nil {
+			failed = failure(ctx, "extend", leases[run[0]].key, err)
+		}
+		if err != nil || len(replies) != len(run) {
+			continue
+		}
+		for n, i := range run {
+			lost[i] = replies[n] == int64(0)
 		}
 	}
-	return lost, nil
+	return lost, failed
 }
 
 // Every returns how often the lease's watchdog beats.

@@ -1,19 +1,24 @@
--- release.lua deletes a lock only if it still holds the caller's token,
--- and, when given a channel, announces the key there in the same round
--- trip (whether or not the lock was still held: waiters should look).
+-- release.lua defines release, which deletes a lock only if it still
+-- holds the caller's token and, when given a channel, announces the key
+-- there in the same script (whether or not the lock was still held:
+-- waiters should look). release_one.lua runs it for one lock,
+-- release_many.lua for the locks of a batch.
 --
--- KEYS[1]  lock key (a hash; see acquire.lua)
--- ARGV[1]  token
--- ARGV[2]  announcement channel, or empty for none
--- ARGV[3]  announcement message (the cache key)
+-- release(lock, token, channel, message):
+--   lock     lock key (a hash; see acquire.lua)
+--   token    the holder's token
+--   channel  announcement channel, or empty for none
+--   message  announcement message (the cache key)
 --
 -- Returns 1 when the lock was released, 0 when the token no longer holds it.
 
-local n = 0
-if redis.pcall('HGET', KEYS[1], 't') == ARGV[1] then
-  n = redis.call('DEL', KEYS[1])
+local function release(lock, token, channel, message)
+  local n = 0
+  if redis.pcall('HGET', lock, 't') == token then
+    n = redis.call('DEL', lock)
+  end
+  if channel ~= '' then
+    redis.call('PUBLISH', channel, message)
+  end
+  return n
 end
-if ARGV[2] ~= '' then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
-end
-return n

@@ -15,8 +15,8 @@ import (
 )
 
 // redisCoord is the coordination seam over Redis: its looks read the
-// value and try the lock in one script (one round trip for a key, one for
-// a batch through the batcher), its commits and releases announce in the
+// value and try the lock in one script (one round trip for a key; for a
+// batch, batch scripts of many keys each, through the batcher), its commits and releases announce in the
 // same round trip, and a batch's leases are extended together.
 type redisCoord[V any] struct {
 	p  *Pipeline[V]
@@ -155,8 +155,8 @@ func (c *redisCoord[V]) recheck(ctx context.Context, key string, lk look[V], w w
 	return lk, nil
 }
 
-// lookOrLockMany runs one look script per key, in one round trip, with
-// one client span.
+// lookOrLockMany runs the batch look script (up to rscript.MaxKeys keys a
+// run, rscript.Wave runs a round trip), with one client span.
 func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]look[V], error) {
 	p := c.p
 	var sp trace.Span

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdguard/herdguard/internal/redisbatch"
 	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/internal/rscript"
 )
 
 // batchLoader is a LoadManyFunc that records each call's keys and answers
@@ -429,9 +429,11 @@ func TestGetMany_redis_roundTrips(t *testing.T) {
 		t.Fatalf("%d loader calls, want 1 with every key", len(calls))
 	}
 	// The write-back's round trip may still be under way when a release
-	// goes out on its own goroutine; none is needed here. Each goes out
-	// in batches of at most redisbatch.MaxBatch commands.
-	perPhase := int64((len(keys) + redisbatch.MaxBatch - 1) / redisbatch.MaxBatch)
+	// goes out on its own goroutine; none is needed here. Each runs batch
+	// scripts of at most rscript.MaxKeys keys, at most rscript.Wave of
+	// them per round trip.
+	scripts := (len(keys) + rscript.MaxKeys - 1) / rscript.MaxKeys
+	perPhase := int64((scripts + rscript.Wave - 1) / rscript.Wave)
 	if trips != 2*perPhase {
 		t.Errorf("cold batch: %d round trips, want %d (the look, the write-back, %d each)", trips, 2*perPhase, perPhase)
 	}

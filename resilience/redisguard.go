@@ -105,10 +105,14 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	// The cache and the lock send their commands through one batcher,
 	// whose own timeout is the operation timeout: guard leaves it to the
 	// batcher when the caller's context has no deadline.
+	// Behind the batcher, the cache and the lock do not see a Cluster
+	// client: they are told, so that each batch script carries the keys
+	// of one hash slot.
 	batch := redisbatch.New(c.redis, o.OpTimeout)
+	_, cluster := c.redis.(*redis.ClusterClient)
 	l2, err := cache.NewRedis[V](batch, cache.RedisOptions{
 		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec, Encrypt: o.Encrypt,
-		OnCorrupt: p.l2Corrupt,
+		OnCorrupt: p.l2Corrupt, Cluster: cluster,
 	})
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Redis", Problem: err.Error()}
@@ -127,7 +131,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 		return nil
 	}
 	ls := lockDefaults(c.lock)
-	lk, err := lock.NewRedis(batch, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true})
+	lk, err := lock.NewRedis(batch, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true, Cluster: cluster})
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
 	}

@@ -66,7 +66,8 @@ func TestScripts_unknownToRedis_burstSendsNoBodies(t *testing.T) {
 		if n := d["eval"] + d["eval_ro"]; n != 0 {
 			t.Errorf("round %d: %d EVAL commands (script bodies sent), want none", round, n)
 		}
-		// Four scripts (acquire, set, write, invalidate), each loaded by
+		// Six scripts (acquire and set, each for a key and for a batch,
+		// write, invalidate), each loaded by
 		// the callers that met NOSCRIPT together: a few loads each, where
 		// one per caller would be hundreds.
 		if n := d["script|load"]; n < 1 || n > 50 {

@@ -155,3 +155,28 @@ func (s Space) Channel() string { return s.channel }
 //
 //go:embed fence.lua
 var FenceLua string
+
+// Slot returns the Redis Cluster hash slot of key, as CLUSTER KEYSLOT
+// does: CRC16 (XMODEM) of the key's hash tag (the part between its first
+// "{" and the next "}", when not empty), else of the key, modulo 16384.
+// Every key of one cache key shares a slot; a batch script run on Redis
+// Cluster carries only keys of one slot.
+func Slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}

@@ -1,5 +1,7 @@
 // Package rscript runs the Redis scripts of packages cache and lock, one
-// key at a time or once per key in one batch, always by their SHA: when
+// key at a time, or as the batch scripts of many keys each ([Chunks]
+// splits a batch into their runs, [RunWaves] sends them), always by their
+// SHA: when
 // Redis does not know a script (a new or restarted server), it is loaded
 // once, for all the callers that met NOSCRIPT at the same moment, and run
 // again by its SHA. A script's body never travels with EVAL: go-redis's
@@ -9,6 +11,7 @@
 package rscript
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,4 +133,77 @@ func load(ctx context.Context, client redis.Scripter, script *redis.Script) erro
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// MaxKeys bounds the cache keys that one run of a batch script handles:
+// Redis runs nothing else while a script runs, and 128 keys take it well
+// under a millisecond.
+const MaxKeys = 128
+
+// Wave bounds the batch scripts sent in one round trip by [RunWaves]: a
+// round trip then carries at most Wave*MaxKeys cache keys, a few
+// milliseconds of Redis's time, however large the batch.
+const Wave = 4
+
+// Chunks splits the cache keys 0..n-1 of a batch into the runs of a batch
+// script, in order, each of at most [MaxKeys] keys. With slot non-nil (a
+// Redis Cluster client), the keys of a run share a hash slot, slot(i)
+// being key i's: a script's keys must.
+func Chunks(n int, slot func(i int) uint16) [][]int {
+	var out [][]int
+	if slot == nil {
+		for lo := 0; lo < n; lo += MaxKeys {
+			run := make([]int, 0, min(MaxKeys, n-lo))
+			for i := lo; i < min(lo+MaxKeys, n); i++ {
+				run = append(run, i)
+			}
+			out = append(out, run)
+		}
+		return out
+	}
+	open := map[uint16]int{} // a slot's run still taking keys, by index in out
+	for i := range n {
+		s := slot(i)
+		j, ok := open[s]
+		if !ok || len(out[j]) == MaxKeys {
+			j = len(out)
+			open[s] = j
+			out = append(out, nil)
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
+}
+
+// RunWaves is [RunMany] sent in waves of at most [Wave] commands, one
+// round trip after the other, for the batch scripts of a large batch. A
+// wave that fails as a whole leaves its commands holding its error (fresh
+// commands: the failed ones belong to their round trip), and the next
+// waves still go; the error is the batch's only when every wave failed.
+func RunWaves(ctx context.Context, client redis.Scripter, script *redis.Script, args [][]any) ([]redis.Cmder, error) {
+	if len(args) <= Wave {
+		return RunMany(ctx, client, script, args)
+	}
+	cmds := make([]redis.Cmder, 0, len(args))
+	var first error
+	ok := false
+	for lo := 0; lo < len(args); lo += Wave {
+		wave := args[lo:min(lo+Wave, len(args))]
+		got, err := RunMany(ctx, client, script, wave)
+		if err != nil {
+			first = cmp.Or(first, err)
+			for _, a := range wave {
+				c := redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, a...)...)
+				c.SetErr(err)
+				got = append(got, c)
+			}
+		} else {
+			ok = true
+		}
+		cmds = append(cmds, got...)
+	}
+	if !ok {
+		return nil, first
+	}
+	return cmds, nil
 }
