@@ -27,11 +27,14 @@ const podEnv = "HERDGUARD_PG_POD"
 
 // podConfig is what one pod needs to know.
 type podConfig struct {
-	Pod     int           `json:"pod"`
-	DSN     string        `json:"dsn"`
-	Prefix  string        `json:"prefix"`
-	Name    string        `json:"name"`             // the pipeline's name
-	Keys    []string      `json:"keys"`             // each caller gets every key, in turn
+	Pod    int      `json:"pod"`
+	DSN    string   `json:"dsn"`
+	Prefix string   `json:"prefix"`
+	Name   string   `json:"name"` // the pipeline's name
+	Keys   []string `json:"keys"` // each caller gets every key, in turn
+	// NKeys, if positive, replaces Keys with cold:0 to cold:NKeys-1, which
+	// would not fit the pod's environment.
+	NKeys   int           `json:"nkeys,omitempty"`
 	Callers int           `json:"callers"`          // concurrent callers per key
 	Load    time.Duration `json:"load"`             // how long a load takes
 	Hold    bool          `json:"hold,omitempty"`   // a load never ends (the pod is to be killed)
@@ -50,6 +53,19 @@ type podConfig struct {
 	// Many asks every key in one GetMany, whose loader takes Load for
 	// the keys it is given; each key's result is reported.
 	Many bool `json:"many,omitempty"`
+	// Summary reports a GetMany in one event (see summary) instead of
+	// one per key and load: for batches of 100,000 keys.
+	Summary bool `json:"summary,omitempty"`
+}
+
+// summary is a pod's report of one GetMany with podConfig.Summary: the
+// keys its loader loaded, and each key's value and source.
+type summary struct {
+	Loaded  []string          `json:"loaded"`
+	Values  map[string]string `json:"values"`
+	Sources map[string]string `json:"sources"`
+	Errs    map[string]string `json:"errs,omitempty"`
+	TookUS  int64             `json:"took_us"`
 }
 
 // event is a pod -> parent message, one JSON line on the pod's stdout.
@@ -61,6 +77,8 @@ type event struct {
 	Source string `json:"source,omitempty"`
 	Err    string `json:"err,omitempty"`
 	N      int    `json:"n,omitempty"` // done: how many calls
+	// Summary is a GetMany's report with podConfig.Summary.
+	Summary *summary `json:"summary,omitempty"`
 }
 
 // emitter writes events from many goroutines.
@@ -84,11 +102,23 @@ func podMain(cfg string) int {
 		fmt.Fprintf(os.Stderr, "pod: bad %s: %v\n", podEnv, err)
 		return 2
 	}
+	if c.NKeys > 0 {
+		c.Keys = coldKeys(c.NKeys)
+	}
 	if err := runPod(c, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "pod %d: %v\n", c.Pod, err)
 		return 1
 	}
 	return 0
+}
+
+// coldKeys returns cold:0 to cold:n-1.
+func coldKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("cold:%d", i)
+	}
+	return keys
 }
 
 // getFunc is how a pod's callers get a key's value through the backend:
@@ -215,6 +245,7 @@ func startPods(t *testing.T, cfgs []podConfig) *fleet {
 		f.stdins = append(f.stdins, stdin)
 		f.wg.Go(func() {
 			sc := bufio.NewScanner(stdout)
+			sc.Buffer(make([]byte, 0, 64<<10), 256<<20) // a summary of 100,000 keys
 			for sc.Scan() {
 				var ev event
 				if json.Unmarshal(sc.Bytes(), &ev) == nil {
@@ -263,6 +294,7 @@ type tally struct {
 	values  map[string]map[string]int // key -> value -> results
 	sources map[string]int            // results by source
 	done    int
+	took    []time.Duration // each summarized GetMany's time
 }
 
 // collect reads events until `done` pods reported done; onLoad, if not
@@ -291,6 +323,23 @@ func (f *fleet) collect(done int, onLoad func(event)) tally {
 		case "done":
 			tl.done++
 			tl.results += ev.N
+			if sm := ev.Summary; sm != nil {
+				tl.took = append(tl.took, time.Duration(sm.TookUS)*time.Microsecond)
+				for _, k := range sm.Loaded {
+					tl.loads[k]++
+				}
+				for k, src := range sm.Sources {
+					if e, ok := sm.Errs[k]; ok {
+						tl.errs = append(tl.errs, fmt.Sprintf("pod %d %s: %s", ev.Pod, k, e))
+						continue
+					}
+					if tl.values[k] == nil {
+						tl.values[k] = map[string]int{}
+					}
+					tl.values[k][sm.Values[k]]++
+					tl.sources[src]++
+				}
+			}
 		}
 	}
 	return tl
@@ -335,9 +384,58 @@ func manyPod(ctx context.Context, c podConfig, em *emitter, many manyFunc) {
 		}
 		return m, nil
 	}
+	var mu sync.Mutex
+	var loaded []string
+	if c.Summary {
+		load = func(ctx context.Context, keys []string) (map[string]string, error) {
+			mu.Lock()
+			loaded = append(loaded, keys...)
+			mu.Unlock()
+			t := time.NewTimer(c.Load)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			m := make(map[string]string, len(keys))
+			for _, k := range keys {
+				m[k] = fmt.Sprintf("%s@pod%d", k, c.Pod)
+			}
+			return m, nil
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	start := time.Now()
 	rs, err := many(cctx, c.Keys, load)
+	took := time.Since(start)
+	if c.Summary {
+		sm := &summary{Values: make(map[string]string, len(c.Keys)), Sources: make(map[string]string, len(c.Keys)),
+			Errs: map[string]string{}, TookUS: took.Microseconds()}
+		var ke resilience.KeyErrors
+		for _, k := range c.Keys {
+			r := rs[k]
+			src := r.Source.String()
+			if r.FailedOpen {
+				src += failedOpen(r.FailOpenCause)
+			}
+			sm.Values[k], sm.Sources[k] = r.Value, src
+			switch {
+			case errors.As(err, &ke):
+				if ke[k] != nil {
+					sm.Errs[k] = ke[k].Error()
+				}
+			case err != nil:
+				sm.Errs[k] = err.Error()
+			}
+		}
+		mu.Lock()
+		sm.Loaded = loaded
+		mu.Unlock()
+		em.emit(event{Ev: "done", Pod: c.Pod, N: len(c.Keys), Summary: sm})
+		return
+	}
 	for _, k := range c.Keys {
 		r := rs[k]
 		ev := event{Ev: "result", Pod: c.Pod, Key: k, Value: r.Value, Source: r.Source.String()}
