@@ -116,16 +116,19 @@ BEGIN
 	VALUES (p_ns, p_key, NULL, 0, clock_timestamp(), clock_timestamp(), interval '0')
 	ON CONFLICT DO NOTHING;
 	SELECT * INTO cur FROM {lock} AS l WHERE l.namespace = p_ns AND l.key = p_key FOR UPDATE;
-	SELECT * INTO le FROM {lease}(p_ns, p_key, cur.token, cur.expires_at, cur.beat_at);
 	t := clock_timestamp();
 	o_how := 1;
-	IF cur.token IS NOT NULL AND le.o_expires > t THEN
-		IF le.o_beat + 2 * cur.beat_every >= t THEN
-			o_fence := 0;
-			o_how := 0;
-			RETURN;
+	IF cur.token IS NOT NULL THEN
+		SELECT * INTO le FROM {lease}(p_ns, p_key, cur.token, cur.expires_at, cur.beat_at);
+		t := clock_timestamp();
+		IF le.o_expires > t THEN
+			IF le.o_beat + 2 * cur.beat_every >= t THEN
+				o_fence := 0;
+				o_how := 0;
+				RETURN;
+			END IF;
+			o_how := 2;
 		END IF;
-		o_how := 2;
 	END IF;
 	SELECT v.fence INTO vf FROM {value} AS v WHERE v.namespace = p_ns AND v.key = p_key;
 	o_fence := greatest({clock_us}(t), cur.fence + 1, coalesce(vf, 0) + 1);
