@@ -47,7 +47,9 @@ type BackendScope struct {
 //   - System() string names the backend ("postgresql", "file") as the
 //     db.system.name of the pipeline's L2 spans;
 //   - Subscribed() bool says whether its Watch is established now, for
-//     [Health].Subscribed (false without it).
+//     [Health].Subscribed (false without it);
+//   - the methods of [SharedMany], for GetMany's looks in a few round
+//     trips instead of three per key.
 //
 // The pipeline serves Shared's Notify and Subscribe to its waiters as a
 // lock.Notifier; after a Release it calls Notify itself, so Release need
@@ -84,6 +86,25 @@ type Shared interface {
 	// Close releases what the view holds (listeners, watchers); it does
 	// not close the user's pool or directory.
 	Close() error
+}
+
+// SharedMany is what a [Shared] view may also implement: the batch forms
+// of Load and TryAcquire, which GetMany's looks use in place of one
+// Load, one TryAcquire and one more Load per key. Each call comes with
+// the operation's budget ([BackendBudget]) and may be of thousands of
+// keys: an implementation bounds the size of what it sends at once, and
+// counts the timeout from when each of its requests is sent, so that the
+// batch's own size is never taken for a failing backend.
+type SharedMany interface {
+	// LoadMany is Load for many keys: the i-th answer is keys[i]'s, nil
+	// when none is stored (an empty stored value is empty, not nil). Its
+	// error, a store failure, fails the whole batch.
+	LoadMany(ctx context.Context, keys []string) ([][]byte, error)
+	// TryAcquireMany is TryAcquire of each of the distinct keys, with the
+	// same lease: the i-th lease, or error (lock.ErrNotAcquired, a
+	// *lock.BackendError, or ctx's), is keys[i]'s, and a key whose
+	// outcome is unknown is cleaned up as TryAcquire's is.
+	TryAcquireMany(ctx context.Context, keys []string, lease time.Duration) ([]*lock.Lease, []error)
 }
 
 // BackendOptions configures the pipeline's use of a [Backend]. Zero fields

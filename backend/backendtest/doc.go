@@ -20,6 +20,9 @@
 // increasing fences, tokens checked by Release and Extend, takeover of a
 // silent holder and none of a beating one, the fence rules of Save, a
 // Save with Release waking waiters, Notify and Announce reaching other
-// views, isolated namespaces, and concurrent acquires. It does not start
-// processes; the backends' own tests do that.
+// views, isolated namespaces, and concurrent acquires; and, for a view
+// with the batch forms ([resilience.SharedMany]; skipped without them),
+// LoadMany answering each key as Load does, and TryAcquireMany granting
+// each free key as TryAcquire does, one winner per key among views asking
+// at once. It does not start processes; the backends' own tests do that.
 package backendtest

@@ -38,6 +38,8 @@ func Run(t *testing.T, open func(t *testing.T, s resilience.BackendScope) resili
 		{"NamespacesIsolated", s.isolated},
 		{"LoadAfterUntil", s.until},
 		{"ConcurrentTryAcquire", s.concurrent},
+		{"LoadMany", s.loadMany},
+		{"TryAcquireMany", s.tryAcquireMany},
 	} {
 		t.Run(c.name, c.run)
 	}

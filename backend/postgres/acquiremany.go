@@ -9,7 +9,7 @@ import (
 // maxAcquireBatch is the most acquires one statement runs: its row locks
 // are held until it ends, and the statements of other processes that ask
 // for the same keys wait for them.
-const maxAcquireBatch = 8
+const maxAcquireBatch = 32
 
 // acquireCall is one TryAcquire waiting for its statement (see batcher).
 type acquireCall struct {

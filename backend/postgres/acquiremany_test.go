@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -89,5 +90,50 @@ func TestTryAcquire_ofAHeldKey_locksNoRow(t *testing.T) {
 	defer cancel()
 	if err := lease.Extend(bctx, time.Minute); err != nil {
 		t.Fatalf("the holder's beat beside another process's open acquire of its key: %v; want it through at once", err)
+	}
+}
+
+// TestSave_besideItsOwnOpenBeat_locksNoRow: a holder's beat takes no row
+// lock that its save needs: with the beat's statement still open in a
+// transaction (a beat of thousands of leases in flight), the holder's
+// save writes and releases at once. (It waited for the beat's row locks,
+// and past the operation timeout in a burst of 5,000 keys x 4 pods.)
+func TestSave_besideItsOwnOpenBeat_locksNoRow(t *testing.T) {
+	f := newFixture(t, Options{})
+	holder := f.open("rows", time.Second)
+	ctx := testCtx(t)
+	lease, err := holder.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lease.Release(ctx) }()
+
+	other := f.backend()
+	tx, err := other.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var i int
+	err = tx.QueryRow(ctx, other.q.extendMany, []string{holder.ns}, []string{rowKey("k")}, []string{lease.Token()},
+		[]int64{time.Minute.Microseconds()}).Scan(&i)
+	if err != nil || i != 1 {
+		t.Fatalf("the beat in the open statement: %d, %v; want the lease extended", i, err)
+	}
+	// The save runs while that transaction is still open.
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stored, err := holder.Save(sctx, "k", []byte("v"), cache.Save{Fence: lease.Fence(), Token: lease.Token(), Release: true,
+		Until: time.Now().Add(time.Minute)})
+	if err != nil || !stored {
+		t.Fatalf("the holder's save beside its own open beat: stored %v, %v; want it through at once", stored, err)
+	}
+	lease.Forget()
+	// The beat that lands after the release extends nothing.
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, _, err := holder.Inspect(ctx, "k"); err != nil || held {
+		t.Fatalf("after the save's release and the beat's commit: held %v, %v; want free", held, err)
 	}
 }

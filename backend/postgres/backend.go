@@ -20,7 +20,7 @@ import (
 
 // schemaVersion marks a schema that Migrate completed; a new version of
 // schema.sql gets a new mark, so that processes migrate it once.
-const schemaVersion = "herdguard postgres schema 3"
+const schemaVersion = "herdguard postgres schema 4"
 
 //go:embed schema.sql
 var schemaSource string
@@ -200,11 +200,12 @@ func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
 
 // queries are the backend's SQL, with its tables' and functions' names.
 type queries struct {
-	schema, version                             string
-	lockT, valueT                               string // the tables' qualified names
-	acquireMany, saveMany, nextFence            string
-	loadMany, extendMany, release, inspect      string
-	sweepValues, sweepLocks, notify, listenName string
+	schema, version                        string
+	lockT, valueT                          string // the tables' qualified names
+	acquireMany, saveMany, nextFence       string
+	loadMany, extendMany, release, inspect string
+	sweepValues, sweepLocks, sweepBeats    string
+	notify, listenName                     string
 }
 
 func newQueries(o Options) queries {
@@ -214,7 +215,7 @@ func newQueries(o Options) queries {
 		persistence = "UNLOGGED"
 	}
 	r := strings.NewReplacer(
-		"{lock}", name("lock"), "{value}", name("value"),
+		"{lock}", name("lock"), "{value}", name("value"), "{beat}", name("beat"), "{lease}", name("lease"),
 		"{lock_expires}", pgx.Identifier{o.Prefix + "lock_expires"}.Sanitize(),
 		"{value_until}", pgx.Identifier{o.Prefix + "value_until"}.Sanitize(),
 		"{clock_us}", name("clock_us"), "{acquire}", name("acquire"),
@@ -224,7 +225,7 @@ func newQueries(o Options) queries {
 		"{lock_wait}", fmt.Sprintf("'%dms'", lockWait.Milliseconds()),
 		"{version}", "'"+schemaVersion+"'",
 	)
-	lockT, valueT := name("lock"), name("value")
+	lockT, valueT, beatT, lease := name("lock"), name("value"), name("beat"), name("lease")
 	regclass := "'" + strings.ReplaceAll(lockT, "'", "''") + "'"
 	return queries{
 		schema:      r.Replace(schemaSource),
@@ -234,20 +235,33 @@ func newQueries(o Options) queries {
 		acquireMany: "SELECT o_i, o_fence, o_how FROM " + name("acquire_many") + "($1, $2, $3, $4, $5)",
 		saveMany:    "SELECT o_i, o_n FROM " + name("save_many") + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 		nextFence:   "SELECT " + name("next_fence") + "($1, $2, $3, $4, $5)",
-		loadMany: "SELECT r.i::int, v.data FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(ns, key, i) " +
-			"JOIN " + valueT + " AS v ON v.namespace = r.ns AND v.key = r.key WHERE v.until > clock_timestamp()",
+		// One index lookup per key, whatever the plan cached for the
+		// statement: a join planned while the table was empty scans it
+		// whole once it holds 100,000 values (18 ms a statement of 64
+		// keys instead of 0.3 ms).
+		loadMany: "SELECT r.i::int, r.data FROM (SELECT u.i, (SELECT v.data FROM " + valueT + " AS v " +
+			"WHERE v.namespace = u.ns AND v.key = u.key AND v.until > clock_timestamp()) AS data " +
+			"FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(ns, key, i) OFFSET 0) AS r WHERE r.data IS NOT NULL",
 		extendMany: "SELECT o_i FROM " + name("extend_many") + "($1, $2, $3, $4)",
 		// The waiters are woken whether or not the token still held the
 		// lock: they should look.
 		release: "WITH r AS (UPDATE " + lockT + " AS l SET token = NULL, expires_at = clock_timestamp() " +
-			"WHERE l.namespace = $1 AND l.key = $2 AND l.token = $3 AND l.expires_at > clock_timestamp() RETURNING 1) " +
+			"WHERE l.namespace = $1 AND l.key = $2 AND l.token = $3 AND " +
+			"(SELECT le.o_expires FROM " + lease + "(l.namespace, l.key, l.token, l.expires_at, l.beat_at) AS le) > clock_timestamp() RETURNING 1) " +
 			"SELECT (SELECT count(*) FROM r) FROM pg_notify($4, $5)",
-		inspect: "SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint FROM " + lockT + " AS l " +
-			"WHERE l.namespace = $1 AND l.key = $2 AND l.token IS NOT NULL AND l.expires_at > clock_timestamp()",
+		inspect: "SELECT (extract(epoch FROM le.o_expires - clock_timestamp()) * 1000000)::bigint FROM " + lockT + " AS l, " +
+			"LATERAL " + lease + "(l.namespace, l.key, l.token, l.expires_at, l.beat_at) AS le " +
+			"WHERE l.namespace = $1 AND l.key = $2 AND l.token IS NOT NULL AND le.o_expires > clock_timestamp()",
 		sweepValues: "DELETE FROM " + valueT + " WHERE ctid = ANY(ARRAY(SELECT v.ctid FROM " + valueT + " AS v " +
 			"WHERE v.until < clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED))",
 		sweepLocks: "DELETE FROM " + lockT + " WHERE ctid = ANY(ARRAY(SELECT l.ctid FROM " + lockT + " AS l " +
-			"WHERE l.expires_at < clock_timestamp() - $2 * interval '1 microsecond' LIMIT $1 FOR UPDATE SKIP LOCKED))",
+			"WHERE l.expires_at < clock_timestamp() - $2 * interval '1 microsecond' AND NOT EXISTS (SELECT 1 FROM " + beatT + " AS b " +
+			"WHERE b.namespace = l.namespace AND b.key = l.key AND b.token = l.token AND " +
+			"b.expires_at >= clock_timestamp() - $2 * interval '1 microsecond') LIMIT $1 FOR UPDATE SKIP LOCKED))",
+		// A beat row counts for its token's lease only: once the lease
+		// has ended, it counts for nothing.
+		sweepBeats: "DELETE FROM " + beatT + " WHERE ctid = ANY(ARRAY(SELECT b.ctid FROM " + beatT + " AS b " +
+			"WHERE b.expires_at < clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED))",
 		notify:     "SELECT pg_notify($1, $2)",
 		listenName: o.Schema + "." + o.Prefix,
 	}

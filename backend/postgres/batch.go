@@ -14,7 +14,7 @@ import (
 // maxBatch is the most calls one statement of loads serves:
 // a larger statement would take long enough to miss the operation
 // timeout for all of them at once, on a loaded machine.
-const maxBatch = 16
+const maxBatch = 64
 
 // batcher coalesces one kind of operation of one [Backend]: the calls
 // that arrive while its statements wait for their connections or are in
@@ -43,6 +43,17 @@ func (q *batcher[C]) add(c C) {
 		q.running++
 		// It ends once the queue is empty: each round ends when its
 		// statement does, or when all of its callers have left.
+		go q.run()
+	}
+}
+
+// addAll queues cs for the next statements.
+func (q *batcher[C]) addAll(cs []C) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.queue = append(q.queue, cs...)
+	for q.running < q.limit && q.running*q.most < len(q.queue) {
+		q.running++
 		go q.run()
 	}
 }

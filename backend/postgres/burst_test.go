@@ -14,14 +14,21 @@ import (
 // no call fails open, and every caller of a key gets the same value.
 // With many, each pod asks its keys in one GetMany.
 func burstWithDefaults(t *testing.T, npods, nkeys int, many bool) {
+	burstRun(t, npods, nkeys, many, false)
+}
+
+// burstRun is burstWithDefaults; with summary, each pod reports its
+// GetMany in one event (see podConfig.Summary). It returns how long the
+// burst took, from the pods' start to their last report.
+func burstRun(t *testing.T, npods, nkeys int, many, summary bool) time.Duration {
 	f := newFixture(t, Options{})
 	server(t)
-	keys := make([]string, nkeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("cold:%d", i)
+	keys := coldKeys(nkeys)
+	c := podConfig{Keys: keys, Callers: 1, Parallel: true, Load: 100 * time.Millisecond, Counted: true, Many: many, Summary: summary}
+	if summary {
+		c.Keys, c.NKeys = nil, nkeys
 	}
-	fl := startPods(t, pods(f, npods, podConfig{Keys: keys, Callers: 1, Parallel: true,
-		Load: 100 * time.Millisecond, Counted: true, Many: many}))
+	fl := startPods(t, pods(f, npods, c))
 	start := time.Now()
 	fl.goAll(all(npods)...)
 	tl := fl.collect(npods, nil)
@@ -45,9 +52,13 @@ func burstWithDefaults(t *testing.T, npods, nkeys int, many bool) {
 	}
 	t.Logf("%d cold keys x %d pods (GetMany: %v): %v, %d loads, %d of %d calls failed open, sources %v",
 		nkeys, npods, many, took.Round(time.Millisecond), loads, failedOpen, npods*nkeys, tl.sources)
+	if len(tl.took) > 0 {
+		t.Logf("each pod's GetMany: %v", tl.took)
+	}
 	if failedOpen > 0 || multi > 0 {
 		t.Errorf("%d loads for %d keys (%d keys not loaded exactly once, first: %s), %d calls failed open; "+
 			"want one load per key and none failing open", loads, nkeys, multi, strings.Join(extra, " "), failedOpen)
 	}
 	checkOneValue(t, tl, nkeys, npods*nkeys)
+	return took
 }

@@ -8,8 +8,9 @@
 //	p, _ := resilience.New[User]("users").Cache(time.Minute).Backend(pg).Lock(resilience.LockSettings{}).Build()
 //
 // Locks are rows of a table (key, token, fence, lease end, last beat and
-// beat period), not session advisory locks: they survive connection
-// poolers and need no session held for the length of a load. Fences come
+// beat period), and their holders' beats rows of another, not session
+// advisory locks: they survive connection poolers and need no session
+// held for the length of a load. Fences come
 // from the lock row, the stored value and the database's clock, so they
 // never go backwards, even when the rows are lost. Waiters are woken by
 // LISTEN/NOTIFY on one connection per pipeline. See the "PostgreSQL

@@ -16,10 +16,16 @@ import (
 // beats every second by default and gives each beat that long.
 const extendTimeout = lock.DefaultHeartbeat
 
+// maxExtendBatch is the most beats one statement sends: each statement
+// has extendTimeout, which one of the thousands of leases of a large
+// GetMany's chunks, each beating on its own, might miss on a loaded
+// machine.
+const maxExtendBatch = 1024
+
 // extender coalesces the extensions (the lock's beats) of one [Backend]:
 // the calls that arrive while a statement of extensions is in flight are
-// sent together, in one statement, as soon as it returns. A burst of
-// thousands of holders thus beats in a few statements a second on the
+// sent together, maxExtendBatch to a statement, as soon as it returns. A
+// burst of thousands of holders thus beats in a few statements a second on the
 // connection that withConn leaves to the beats, instead of one statement
 // per holder, which would miss beats (and hand live holders' locks over)
 // once they outnumber what one connection can run in a second. A lone
@@ -65,9 +71,11 @@ func (e *extender) extend(ctx context.Context, ns, key, token string, ttl time.D
 func (e *extender) run() {
 	for {
 		e.mu.Lock()
-		calls := e.queue
-		e.queue = nil
-		if len(calls) == 0 {
+		n := min(len(e.queue), maxExtendBatch)
+		calls := e.queue[:n:n]
+		e.queue = e.queue[n:]
+		if n == 0 {
+			e.queue = nil
 			e.running = false
 			e.mu.Unlock()
 			return

@@ -38,6 +38,26 @@ func (b *Backend) load(ctx context.Context, ns, key string) (context.Context, lo
 	}
 }
 
+// loadAll reads keys' live values in the next statements of loads, as
+// load does for one: the i-th answer is keys[i]'s.
+func (b *Backend) loadAll(ctx context.Context, ns string, keys []string) (context.Context, []loadResult) {
+	bu := budgetOf(ctx)
+	calls := make([]*loadCall, len(keys))
+	for i, k := range keys {
+		calls[i] = &loadCall{ns: ns, key: k, budget: bu, done: make(chan loadResult, 1)}
+	}
+	b.loads.addAll(calls)
+	out := make([]loadResult, len(keys))
+	for i, c := range calls {
+		select {
+		case out[i] = <-c.done:
+		case <-bu.caller.Done():
+			out[i] = loadResult{err: bu.caller.Err()}
+		}
+	}
+	return bu.caller, out
+}
+
 // sendLoads reads calls' values in one statement.
 func (b *Backend) sendLoads(calls []*loadCall) {
 	ns, keys := make([]string, len(calls)), make([]string, len(calls))

@@ -73,6 +73,75 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 		Heartbeat: beat, TookOver: how == 2}), nil
 }
 
+// TryAcquireMany implements [resilience.SharedMany]: TryAcquire of each
+// of keys, whose acquires go to the statements of acquires (see batcher)
+// all at once.
+func (s *shared) TryAcquireMany(ctx context.Context, keys []string, lease time.Duration) ([]*lock.Lease, []error) {
+	leases, errs := make([]*lock.Lease, len(keys)), make([]error, len(keys))
+	fail := func(err error) ([]*lock.Lease, []error) {
+		for i := range errs {
+			errs[i] = err
+		}
+		return leases, errs
+	}
+	if lease <= 0 {
+		return fail(errors.New("lock: acquire: lease must be positive"))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("lock: acquire: %w", err))
+	}
+	if err := s.b.ready(ctx); err != nil {
+		return fail(s.lockErr(ctx, "acquire", err))
+	}
+	start := time.Now()
+	beat := min(s.heartbeat, lease/3)
+	bu := budgetOf(ctx)
+	calls := make([]*acquireCall, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			errs[i] = errors.New("lock: acquire: key must not be empty")
+			continue
+		}
+		calls[i] = &acquireCall{ns: s.ns, key: rowKey(k), token: newToken(), leaseUS: lease.Microseconds(),
+			beatUS: max(beat.Microseconds(), 1), budget: bu, done: make(chan acquireResult, 1)}
+	}
+	sent := make([]*acquireCall, 0, len(calls))
+	for _, c := range calls {
+		if c != nil {
+			sent = append(sent, c)
+		}
+	}
+	s.b.acquires.addAll(sent)
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		var r acquireResult
+		select {
+		case r = <-c.done:
+		case <-bu.caller.Done():
+			r = acquireResult{err: bu.caller.Err()}
+		}
+		switch {
+		case r.err != nil:
+			if !known(r.err) {
+				s.cleanups.Add(1)
+				go func() { // ends with the release, bounded by cleanupTimeout
+					defer s.cleanups.Done()
+					s.cleanup(keys[i], c.token, start)
+				}()
+			}
+			errs[i] = s.lockErr(bu.caller, "acquire", r.err)
+		case r.fence <= 0:
+			errs[i] = lock.ErrNotAcquired
+		default:
+			leases[i] = lock.NewLease(s, lock.Grant{Key: keys[i], Token: c.token, Fence: r.fence, TTL: lease,
+				Heartbeat: beat, TookOver: r.how == 2})
+		}
+	}
+	return leases, errs
+}
+
 // cleanup releases key's lock if tok holds it, on contexts of its own:
 // the caller's may be the very reason the outcome is unknown. An acquire
 // sent at start may still be waiting for the row, up to lockWait: when

@@ -53,10 +53,11 @@ type Options struct {
 	// default: 250 milliseconds ([DefaultPoll])
 	Poll time.Duration
 	// Sweep is how often each pipeline deletes, in bounded batches, the
-	// values past their Until and the lock rows idle for longer than
-	// FenceRetention. Processes sweep concurrently without blocking each
-	// other (SKIP LOCKED). A negative Sweep turns sweeping off (for a
-	// database that deletes them some other way).
+	// values past their Until, the lock rows idle for longer than
+	// FenceRetention, and the beats of leases that have ended. Processes
+	// sweep concurrently without blocking each other (SKIP LOCKED). A
+	// negative Sweep turns sweeping off (for a database that deletes them
+	// some other way).
 	// default: 1 minute ([DefaultSweep])
 	Sweep time.Duration
 	// FenceRetention is how long a key's lock row, which counts its

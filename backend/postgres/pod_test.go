@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,11 +26,14 @@ const podEnv = "HERDGUARD_PG_POD"
 
 // podConfig is what one pod needs to know.
 type podConfig struct {
-	Pod     int           `json:"pod"`
-	DSN     string        `json:"dsn"`
-	Prefix  string        `json:"prefix"`
-	Name    string        `json:"name"`             // the pipeline's name
-	Keys    []string      `json:"keys"`             // each caller gets every key, in turn
+	Pod    int      `json:"pod"`
+	DSN    string   `json:"dsn"`
+	Prefix string   `json:"prefix"`
+	Name   string   `json:"name"` // the pipeline's name
+	Keys   []string `json:"keys"` // each caller gets every key, in turn
+	// NKeys, if positive, replaces Keys with cold:0 to cold:NKeys-1, which
+	// would not fit the pod's environment.
+	NKeys   int           `json:"nkeys,omitempty"`
 	Callers int           `json:"callers"`          // concurrent callers per key
 	Load    time.Duration `json:"load"`             // how long a load takes
 	Hold    bool          `json:"hold,omitempty"`   // a load never ends (the pod is to be killed)
@@ -50,6 +52,9 @@ type podConfig struct {
 	// Many asks every key in one GetMany, whose loader takes Load for
 	// the keys it is given; each key's result is reported.
 	Many bool `json:"many,omitempty"`
+	// Summary reports a GetMany in one event (see summary) instead of
+	// one per key and load: for batches of 100,000 keys.
+	Summary bool `json:"summary,omitempty"`
 }
 
 // event is a pod -> parent message, one JSON line on the pod's stdout.
@@ -61,6 +66,8 @@ type event struct {
 	Source string `json:"source,omitempty"`
 	Err    string `json:"err,omitempty"`
 	N      int    `json:"n,omitempty"` // done: how many calls
+	// Summary is a GetMany's report with podConfig.Summary.
+	Summary *summary `json:"summary,omitempty"`
 }
 
 // emitter writes events from many goroutines.
@@ -83,6 +90,9 @@ func podMain(cfg string) int {
 	if err := json.Unmarshal([]byte(cfg), &c); err != nil {
 		fmt.Fprintf(os.Stderr, "pod: bad %s: %v\n", podEnv, err)
 		return 2
+	}
+	if c.NKeys > 0 {
+		c.Keys = coldKeys(c.NKeys)
 	}
 	if err := runPod(c, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "pod %d: %v\n", c.Pod, err)
@@ -215,6 +225,7 @@ func startPods(t *testing.T, cfgs []podConfig) *fleet {
 		f.stdins = append(f.stdins, stdin)
 		f.wg.Go(func() {
 			sc := bufio.NewScanner(stdout)
+			sc.Buffer(make([]byte, 0, 64<<10), 256<<20) // a summary of 100,000 keys
 			for sc.Scan() {
 				var ev event
 				if json.Unmarshal(sc.Bytes(), &ev) == nil {
@@ -263,6 +274,7 @@ type tally struct {
 	values  map[string]map[string]int // key -> value -> results
 	sources map[string]int            // results by source
 	done    int
+	took    []time.Duration // each summarized GetMany's time
 }
 
 // collect reads events until `done` pods reported done; onLoad, if not
@@ -291,6 +303,23 @@ func (f *fleet) collect(done int, onLoad func(event)) tally {
 		case "done":
 			tl.done++
 			tl.results += ev.N
+			if sm := ev.Summary; sm != nil {
+				tl.took = append(tl.took, time.Duration(sm.TookUS)*time.Microsecond)
+				for _, k := range sm.Loaded {
+					tl.loads[k]++
+				}
+				for k, src := range sm.Sources {
+					if e, ok := sm.Errs[k]; ok {
+						tl.errs = append(tl.errs, fmt.Sprintf("pod %d %s: %s", ev.Pod, k, e))
+						continue
+					}
+					if tl.values[k] == nil {
+						tl.values[k] = map[string]int{}
+					}
+					tl.values[k][sm.Values[k]]++
+					tl.sources[src]++
+				}
+			}
 		}
 	}
 	return tl
@@ -313,47 +342,4 @@ func (f *fleet) kill(i int) {
 	if err := f.cmds[i].Process.Signal(syscall.SIGKILL); err != nil {
 		f.t.Fatal(err)
 	}
-}
-
-// manyPod asks c.Keys in one GetMany and reports each key's load and
-// result, then done.
-func manyPod(ctx context.Context, c podConfig, em *emitter, many manyFunc) {
-	load := func(ctx context.Context, keys []string) (map[string]string, error) {
-		for _, k := range keys {
-			em.emit(event{Ev: "load", Pod: c.Pod, Key: k})
-		}
-		t := time.NewTimer(c.Load)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		m := make(map[string]string, len(keys))
-		for _, k := range keys {
-			m[k] = fmt.Sprintf("%s@pod%d", k, c.Pod)
-		}
-		return m, nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	rs, err := many(cctx, c.Keys, load)
-	for _, k := range c.Keys {
-		r := rs[k]
-		ev := event{Ev: "result", Pod: c.Pod, Key: k, Value: r.Value, Source: r.Source.String()}
-		if r.FailedOpen {
-			ev.Source += failedOpen(r.FailOpenCause)
-		}
-		var ke resilience.KeyErrors
-		switch {
-		case errors.As(err, &ke):
-			if ke[k] != nil {
-				ev.Err = ke[k].Error()
-			}
-		case err != nil:
-			ev.Err = err.Error()
-		}
-		em.emit(ev)
-	}
-	em.emit(event{Ev: "done", Pod: c.Pod, N: len(c.Keys)})
 }

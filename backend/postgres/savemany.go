@@ -8,7 +8,7 @@ import (
 
 // maxSaveBatch is the most saves one statement runs: like an acquire's,
 // a save's row locks are held until its statement ends.
-const maxSaveBatch = 8
+const maxSaveBatch = 32
 
 // saveCall is one Save waiting for its statement (see batcher).
 type saveCall struct {

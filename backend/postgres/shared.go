@@ -55,8 +55,9 @@ type shared struct {
 }
 
 var (
-	_ resilience.Shared = (*shared)(nil)
-	_ lock.Holder       = (*shared)(nil)
+	_ resilience.Shared     = (*shared)(nil)
+	_ resilience.SharedMany = (*shared)(nil)
+	_ lock.Holder           = (*shared)(nil)
 )
 
 func newShared(b *Backend, s resilience.BackendScope) (*shared, error) {
@@ -124,6 +125,34 @@ func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 		return []byte{}, nil
 	}
 	return r.data, nil
+}
+
+// LoadMany implements [resilience.SharedMany]: the keys go to the
+// statements of loads (see batcher) all at once, so that a batch of
+// thousands of keys runs in a few statements of many keys each, beside
+// the other callers' loads.
+func (s *shared) LoadMany(ctx context.Context, keys []string) ([][]byte, error) {
+	if err := s.b.ready(ctx); err != nil {
+		return nil, s.storeErr(ctx, "load", err)
+	}
+	rks := make([]string, len(keys))
+	for i, k := range keys {
+		rks[i] = rowKey(k)
+	}
+	cctx, rs := s.b.loadAll(ctx, s.ns, rks)
+	out := make([][]byte, len(keys))
+	for i, r := range rs {
+		switch {
+		case r.err != nil:
+			return nil, s.storeErr(cctx, "load", r.err)
+		case !r.found:
+		case r.data == nil:
+			out[i] = []byte{}
+		default:
+			out[i] = r.data
+		}
+	}
+	return out, nil
 }
 
 // Save implements [cache.Store] in one statement (one round trip), which

@@ -41,8 +41,9 @@ func startSweeper(b *Backend, every time.Duration) (stop func()) {
 	}
 }
 
-// sweep deletes, in batches, the values past their Until and the lock
-// rows idle for longer than the fence retention, of every namespace.
+// sweep deletes, in batches, the values past their Until, the lock rows
+// idle for longer than the fence retention, and the beats of leases that
+// have ended, of every namespace.
 // Concurrent sweeps skip each other's rows.
 func (b *Backend) sweep(ctx context.Context) error {
 	if err := b.ready(ctx); err != nil {
@@ -54,6 +55,7 @@ func (b *Backend) sweep(ctx context.Context) error {
 	}{
 		{b.q.sweepValues, []any{sweepBatch}},
 		{b.q.sweepLocks, []any{sweepBatch, b.o.FenceRetention.Microseconds()}},
+		{b.q.sweepBeats, []any{sweepBatch}},
 	} {
 		for range sweepBatches {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
