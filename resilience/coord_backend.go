@@ -104,7 +104,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, 
 		switch {
 		case kerr == nil:
 			won, wkeys = append(won, i), append(wkeys, keys[i])
-			grants = append(grants, hold(ctx, lease))
+			grants = append(grants, c.p.hold(ctx, lease))
 		case errors.Is(kerr, lock.ErrNotAcquired):
 			looks[i].err = kerr
 		default:
@@ -125,6 +125,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, 
 		lk := &looks[won[j]]
 		switch {
 		case f == cache.Fresh:
+			grants[j].end() // given back below: its beats stop
 			back = append(back, grants[j].lease)
 			*lk = look[V]{e: e, f: f}
 			return
@@ -137,6 +138,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, 
 	case err != nil && ctx.Err() != nil:
 		// The caller left: the looks end with it, and grant nothing.
 		for j, i := range won {
+			grants[j].end() // given back below: its beats stop
 			back = append(back, grants[j].lease)
 			looks[i].err = err
 		}
