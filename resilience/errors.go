@@ -50,7 +50,9 @@ func (e *ConfigError) Error() string {
 // PanicError is the error every waiter gets when the loader or a
 // fallback's Default panics, or the pipeline's own code does (a bug to
 // report; a [Backend]'s panic under a look is reported so too). The
-// process does not crash. A panic elsewhere in the user's
+// process does not crash. A panic of background work, which has no caller
+// left to tell (a Backend's, in a release), is logged at error level with
+// its stack, at most once a minute, like the other episodes. A panic elsewhere in the user's
 // code is not one: in an IsFailure hook it counts the error as a failure,
 // in Retryable it ends the retries, in a Codec it is a codec error
 // (cache.ErrCodec: the value is served, not stored), in an OnBreakerChange

@@ -40,18 +40,28 @@ func (p *Pipeline[V]) launch(ctx context.Context, how launching, fn func(context
 	if how.first != nil {
 		how.first(ctx)
 	}
-	if how.inline || !counted {
+	run := func() {
 		defer cancel()
+		// No caller is left to hear a panic of background work (a
+		// backend's, in a release): it is logged, and the process goes
+		// on. The stages recover their own users' panics before this.
+		defer func() {
+			if v := recover(); v != nil {
+				p.logs.panicked(ctx, panicked("pipeline", v))
+			}
+		}()
+		fn(ctx)
+	}
+	if how.inline || !counted {
 		if counted {
 			defer p.bg.done()
 		}
-		fn(ctx)
+		run()
 		return true
 	}
 	go func() {
 		defer p.bg.done()
-		defer cancel()
-		fn(ctx)
+		run()
 	}()
 	return true
 }

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,7 @@ type logs struct {
 	l        *slog.Logger
 	pipeline string
 	// Unix nanoseconds of the last logged event of each kind.
-	failOpen, denied, corrupt, leaseLost atomic.Int64
+	failOpen, denied, corrupt, leaseLost, panics atomic.Int64
 }
 
 func (g *logs) breakerChange(name string, from, to breaker.State) {
@@ -82,4 +83,11 @@ func (g *logs) corruptEntry(ctx context.Context) {
 
 func (g *logs) lostLease(ctx context.Context) {
 	g.episode(ctx, &g.leaseLost, slog.LevelWarn, "herdguard: a lock holder lost its lease before writing back; value not written")
+}
+
+// panicked logs a panic of background work, which has no caller to
+// return it to, with its stack.
+func (g *logs) panicked(ctx context.Context, pe *PanicError) {
+	g.episode(ctx, &g.panics, slog.LevelError, "herdguard: background work panicked; the process goes on",
+		"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 }

@@ -1,8 +1,13 @@
 package resilience_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +30,22 @@ func (b *panickyBackend) Open(s resilience.BackendScope) (resilience.Shared, err
 type panickyView struct{ resilience.Shared }
 
 func (panickyView) Load(context.Context, string) ([]byte, error) { panic("backend boom") }
+
+// notifyPanicky opens views of a backendtest.Memory whose Notify panics:
+// a backend's bug in a release, which runs as background work.
+type notifyPanicky struct{ m backendtest.Memory }
+
+func (b *notifyPanicky) Open(s resilience.BackendScope) (resilience.Shared, error) {
+	sh, err := b.m.Open(s)
+	if err != nil {
+		return nil, err
+	}
+	return notifyPanickyView{sh}, nil
+}
+
+type notifyPanickyView struct{ resilience.Shared }
+
+func (notifyPanickyView) Notify(context.Context, string) error { panic("notify boom") }
 
 // TestPanicError_pipelineStage: a panic that escapes the stages that run
 // user code (here a backend's Load, under the look) is a PanicError of
@@ -58,4 +79,43 @@ func TestPanicError_pipelineStage(t *testing.T) {
 	for k, err := range ke {
 		check("GetMany "+k, err)
 	}
+}
+
+// TestPanic_inBackgroundWork_isLoggedNotFatal: a backend that panics in
+// the release after a failed load (background work, no caller to tell)
+// does not end the process: the panic is logged with its stack, the call
+// returns its loader's error, and Close returns.
+func TestPanic_inBackgroundWork_isLoggedNotFatal(t *testing.T) {
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	p, err := resilience.New[string]("panic-background").Cache(time.Minute).
+		Lock(resilience.LockSettings{}).Backend(&notifyPanicky{}).
+		Logger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := errors.New("down")
+	_, err = p.Get(context.Background(), "k", func(context.Context, string) (string, error) { return "", down })
+	if !errors.Is(err, down) {
+		t.Errorf("Get: err = %v, want the loader's", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if out := logged.String(); !strings.Contains(out, "background work panicked") || !strings.Contains(out, "notify boom") {
+		t.Errorf("log = %q, want the panic logged", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
