@@ -12,7 +12,7 @@
 //	             breaker, timeout, SetTTL (retry.go: retry)
 //	fallback.go  the fallback chain: stale copy, default, error
 //	result.go    what a call returns
-//	outcome.go   what a loader's error means to the stages after it
+//	outcome.go   what a shared load hands its callers, what a loader's error means to the stages after it
 //	errors.go    every error type and how Redis errors are classified
 //
 // The stages ask the coordination seam (coord.go) for the look that also
@@ -358,45 +358,4 @@ func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V],
 	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen, spanned)
 	r.FailOpenCause = o.res.FailOpenCause
 	return r, err
-}
-
-// outcome is what a shared load hands every caller that joined it.
-type outcome[V any] struct {
-	res      Result[V]
-	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
-	hasStale bool
-	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
-	// refresh is set for a background refresh: a fresh entry serves it
-	// only if written after after, the write time of the entry that
-	// triggered it (a refresh by another process, say).
-	refresh bool
-	after   time.Time
-	// gen is the write generation when the load began: its L1 fill is
-	// skipped if key was written or dropped since (see write.go).
-	gen uint64
-}
-
-// accepts reports whether e, found with freshness f, answers the load o
-// is for. A refresh takes only an entry written clearly after the one
-// that called for it: L1 keeps write times on its monotonic clock and
-// gives them back on the wall clock, a few microseconds off either way,
-// so the same write read back from L2 must not pass for a newer one.
-func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
-	return o.want().takes(&e.Written, f)
-}
-
-// want is what a look for o takes.
-func (o *outcome[V]) want() want { return want{refresh: o.refresh, after: o.after} }
-
-// writtenSlack is how much later than a refresh's entry another entry must
-// have been written to count as newer.
-const writtenSlack = time.Millisecond
-
-// failOpen marks the outcome as having gone on without Redis because of
-// err.
-func (o *outcome[V]) failOpen(err error) {
-	o.res.FailedOpen = true
-	if o.res.FailOpenCause == nil {
-		o.res.FailOpenCause = err
-	}
 }

@@ -3,8 +3,11 @@ package resilience
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // loadClass is what an error of the loader stage means to the stages
@@ -107,4 +110,45 @@ func (p *Pipeline[V]) isLoadFailure(err error) bool {
 		return true
 	}
 	return p.isFailure == nil || p.userIsFailure(err)
+}
+
+// outcome is what a shared load hands every caller that joined it.
+type outcome[V any] struct {
+	res      Result[V]
+	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
+	hasStale bool
+	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
+	// refresh is set for a background refresh: a fresh entry serves it
+	// only if written after after, the write time of the entry that
+	// triggered it (a refresh by another process, say).
+	refresh bool
+	after   time.Time
+	// gen is the write generation when the load began: its L1 fill is
+	// skipped if key was written or dropped since (see write.go).
+	gen uint64
+}
+
+// accepts reports whether e, found with freshness f, answers the load o
+// is for. A refresh takes only an entry written clearly after the one
+// that called for it: L1 keeps write times on its monotonic clock and
+// gives them back on the wall clock, a few microseconds off either way,
+// so the same write read back from L2 must not pass for a newer one.
+func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
+	return o.want().takes(&e.Written, f)
+}
+
+// want is what a look for o takes.
+func (o *outcome[V]) want() want { return want{refresh: o.refresh, after: o.after} }
+
+// writtenSlack is how much later than a refresh's entry another entry must
+// have been written to count as newer.
+const writtenSlack = time.Millisecond
+
+// failOpen marks the outcome as having gone on without Redis because of
+// err.
+func (o *outcome[V]) failOpen(err error) {
+	o.res.FailedOpen = true
+	if o.res.FailOpenCause == nil {
+		o.res.FailOpenCause = err
+	}
 }
