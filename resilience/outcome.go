@@ -5,9 +5,10 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // loadClass is what an error of the loader stage means to the stages
