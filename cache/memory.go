@@ -135,11 +135,6 @@ func (h Hit[V]) Value() V { return h.it.value }
 // NotFound reports whether the entry is a stored "not found".
 func (h Hit[V]) NotFound() bool { return h.it.flags.Load()&notFoundFlag != 0 }
 
-// Hash is a hash of the entry's key, the one Find computed to find it:
-// the same for every Hit of the key in this cache, and spread over the
-// keys, for a caller that keeps counters in stripes.
-func (h Hit[V]) Hash() uint32 { return h.it.hash }
-
 // LoadDuration is how long the load that produced the entry took.
 func (h Hit[V]) LoadDuration() time.Duration { return h.it.loadDuration }
 

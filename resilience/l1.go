@@ -27,7 +27,7 @@ func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) 
 	if p.tel.Tracing() && p.tel.HitSpans(ctx) {
 		return h, f, false
 	}
-	p.stats.l1Hit(h.Hash())
+	p.stats.l1Hit()
 	return h, f, true
 }
 

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync/atomic"
 
 	"github.com/herdguard/herdguard/telemetry"
@@ -86,8 +87,8 @@ func (p *Pipeline[V]) Stats() Stats {
 
 // stats are the counters behind [Stats], plain atomic counters. The L1
 // hit count is bumped by every hit, on every core at once: it is kept in
-// stripes, each hit bumping the one its key's hash picks, so that cores
-// reading different keys write different cache lines; padding keeps the
+// stripes, each hit bumping one picked at random, so that cores hitting
+// at once (the same hot key too) rarely write one cache line; padding keeps the
 // stripes off one another's lines and off those of the pipeline's other
 // fields, which every call reads.
 type stats struct {
@@ -162,8 +163,8 @@ func (p *Pipeline[V]) countBatch(ctx context.Context, items []*loadItem) {
 }
 
 // l1Stripes is the number of stripes of the L1 hit count (a power of
-// two): enough that the cores of a large machine reading different keys
-// rarely share one.
+// two): enough that the cores of a large machine counting at once rarely
+// pick the same one.
 const l1Stripes = 32
 
 // hitStripe is one stripe of the L1 hit count, a cache line of its own:
@@ -174,8 +175,10 @@ type hitStripe struct {
 	_ [56]byte
 }
 
-// l1Hit counts an L1 hit of the key whose hash is hash.
-func (s *stats) l1Hit(hash uint32) { s.l1[hash&(l1Stripes-1)].n.Add(1) }
+// l1Hit counts an L1 hit, in a stripe picked at random (math/rand/v2's
+// generator, which each thread of the runtime keeps for itself): cores
+// that hit at once, even the same hot key, rarely write the same line.
+func (s *stats) l1Hit() { s.l1[rand.Uint32()&(l1Stripes-1)].n.Add(1) }
 
 // l1Hits is the L1 hit count, the sum of its stripes: exact once the
 // calls it counts have returned.
@@ -204,7 +207,7 @@ func (s *stats) calls(i int, failedOpen bool) uint64 {
 func countCall[V any](s *stats, r *Result[V], err error) {
 	switch {
 	case r.Source == SourceL1:
-		s.l1Hit(0) // a hit with a span, or after a miss: not the hot path
+		s.l1Hit()
 	case int(r.Source) >= len(s.bySource):
 	default:
 		s.bySource[r.Source].Add(1)
