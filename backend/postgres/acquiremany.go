@@ -8,8 +8,9 @@ import (
 
 // maxAcquireBatch is the most acquires one statement runs: its row locks
 // are held until it ends, and the statements of other processes that ask
-// for the same keys wait for them.
-const maxAcquireBatch = 32
+// for the same keys wait for them. The statement's checks and writes are
+// set operations over its keys (schema 5), so it ends soon all the same.
+const maxAcquireBatch = 128
 
 // acquireCall is one TryAcquire waiting for its statement (see batcher).
 type acquireCall struct {

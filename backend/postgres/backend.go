@@ -20,7 +20,7 @@ import (
 
 // schemaVersion marks a schema that Migrate completed; a new version of
 // schema.sql gets a new mark, so that processes migrate it once.
-const schemaVersion = "herdguard postgres schema 4"
+const schemaVersion = "herdguard postgres schema 5"
 
 //go:embed schema.sql
 var schemaSource string

@@ -9,7 +9,7 @@ import (
 )
 
 // TestManyKeyStatements_scanNoTable: the statements of many keys (loads,
-// beats) look each key up in its table's index, whatever the plan
+// beats, acquires, saves) look each key up in its table's index, whatever the plan
 // PostgreSQL cached for them: plans made while the tables were empty, then
 // run over 20,000 rows, scan no table whole. (A join of the keys with the
 // value table, planned while it was empty, scanned it whole once it held
@@ -32,16 +32,31 @@ func TestManyKeyStatements_scanNoTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 64
-	ns, keys, tokens, ttls := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
-	for i := range n {
-		ns[i], keys[i], tokens[i], ttls[i] = "ns", fmt.Sprintf("k%d", i*97), "tok", 60_000_000
-	}
-	run := func() {
+	run := func(prefix string) {
 		t.Helper()
+		ns, keys, tokens, ttls := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+		fences, data, release := make([]int64, n), make([][]byte, n), make([]bool, n)
+		for i := range n {
+			ns[i], keys[i], tokens[i], ttls[i] = "ns", fmt.Sprintf("%s%d", prefix, i*97), "tok", 60_000_000
+			fences[i], data[i], release[i] = 1, []byte("v"), true
+		}
+		// Half of the acquires find a live holder, half a free key.
+		fresh := make([]string, n)
+		for i := range n {
+			fresh[i] = keys[i]
+			if i%2 == 1 {
+				fresh[i] = fmt.Sprintf("fresh-%s%d", prefix, i)
+			}
+		}
 		for _, q := range []struct {
 			sql  string
 			args []any
-		}{{b.q.loadMany, []any{ns, keys}}, {b.q.extendMany, []any{ns, keys, tokens, ttls}}} {
+		}{
+			{b.q.loadMany, []any{ns, keys}},
+			{b.q.extendMany, []any{ns, keys, tokens, ttls}},
+			{b.q.acquireMany, []any{ns, fresh, tokens, ttls, ttls}},
+			{b.q.saveMany, []any{ns, keys, fences, data, ttls, tokens, release, ns, ns}},
+		} {
 			rows, err := c.Query(ctx, q.sql, q.args...)
 			if err != nil {
 				t.Fatal(err)
@@ -52,8 +67,8 @@ func TestManyKeyStatements_scanNoTable(t *testing.T) {
 			}
 		}
 	}
-	for range 6 {
-		run()
+	for i := range 6 {
+		run(fmt.Sprintf("before%d-", i))
 	}
 	for _, q := range []string{
 		"INSERT INTO " + b.q.valueT + " SELECT 'ns', 'k' || g, 1, '\\x00', now() + interval '1 hour' FROM generate_series(1, 20000) AS g",
@@ -64,7 +79,7 @@ func TestManyKeyStatements_scanNoTable(t *testing.T) {
 		}
 	}
 	before := seqScans(ctx, t, c, b)
-	run()
+	run("k")
 	if after := seqScans(ctx, t, c, b); after != before {
 		t.Fatalf("the statements of %d keys scanned the tables whole %d times; want index lookups only", n, after-before)
 	}

@@ -7,8 +7,9 @@ import (
 )
 
 // maxSaveBatch is the most saves one statement runs: like an acquire's,
-// a save's row locks are held until its statement ends.
-const maxSaveBatch = 32
+// a save's row locks are held until its statement ends (see
+// maxAcquireBatch).
+const maxSaveBatch = 128
 
 // saveCall is one Save waiting for its statement (see batcher).
 type saveCall struct {
