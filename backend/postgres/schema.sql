@@ -215,7 +215,7 @@ BEGIN
 		-- The holders' rows, locked in the order of the keys: a token
 		-- that no longer holds its key's lock writes nothing.
 		SELECT array_agg(x.ok ORDER BY x.i) INTO go FROM (
-			SELECT u.i, CASE WHEN u.r <> rd THEN NULL WHEN u.token = '' THEN true
+			SELECT u.i, CASE WHEN u.r <> rd THEN NULL WHEN coalesce(u.token, '') = '' THEN true
 				ELSE coalesce((SELECT greatest(l.expires_at, (SELECT b.expires_at FROM {beat} AS b
 					WHERE b.namespace = l.namespace AND b.key = l.key AND b.token = l.token)) > t
 					FROM {lock} AS l WHERE l.namespace = u.ns AND l.key = u.key AND l.token = u.token

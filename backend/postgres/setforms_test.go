@@ -323,3 +323,68 @@ func TestManyKeyForms_answerAsSingleKeyForms(t *testing.T) {
 		})
 	})
 }
+
+// TestAcquireMany_holderGrantedWhileWaiting: a key that was free when the
+// statement of acquires looked, and that another process's grant holds
+// by the time the statement has its row lock, is answered as held: the
+// holder is looked for again under the row lock.
+func TestAcquireMany_holderGrantedWhileWaiting(t *testing.T) {
+	f := newFixture(t, Options{})
+	b := f.backend()
+	ctx := testCtx(t)
+	if err := b.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lockT := b.q.lockT
+	if _, err := b.pool.Exec(ctx, "INSERT INTO "+lockT+" VALUES ('ns', 'k', NULL, 1, clock_timestamp(), clock_timestamp(), interval '0')"); err != nil {
+		t.Fatal(err)
+	}
+	// The other grant, its row locked until it commits.
+	grant, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = grant.Rollback(ctx) }()
+	if _, err := grant.Exec(ctx, "UPDATE "+lockT+" SET token = 'holder', fence = 2, expires_at = clock_timestamp() + interval '1 minute', "+
+		"beat_at = clock_timestamp(), beat_every = interval '1 second' WHERE namespace = 'ns' AND key = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	var pid int
+	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		fence int64
+		how   int
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var a answer
+		var i int
+		a.err = c.QueryRow(ctx, b.q.acquireMany, []string{"ns"}, []string{"k"}, []string{"new"},
+			[]int64{time.Minute.Microseconds()}, []int64{time.Second.Microseconds()}).Scan(&i, &a.fence, &a.how)
+		done <- a
+	}()
+	eventually(t, "the statement of acquires waits for the row", func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if err := grant.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.how != 0 || a.fence != 0 {
+		t.Fatalf("acquire of a key granted while its statement waited: fence %d, how %d, %v; want (0, 0): held", a.fence, a.how, a.err)
+	}
+	var token string
+	if err := b.pool.QueryRow(ctx, "SELECT token FROM "+lockT+" WHERE namespace = 'ns' AND key = 'k'").Scan(&token); err != nil || token != "holder" {
+		t.Fatalf("the key's holder after it: %q, %v; want the other grant's", token, err)
+	}
+}
