@@ -70,14 +70,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 	var unknown []int
 	errs := make([]error, len(keys)) // each key's error, for the cleanup
 	for j, run := range runs {
-		var replies []any
-		err := berr
-		if err == nil {
-			replies, err = cmds[j].(*redis.Cmd).Slice()
-		}
-		if err == nil && len(replies) != len(run) {
-			err = fmt.Errorf("acquire script returned %d replies for %d keys", len(replies), len(run))
-		}
+		replies, err := runReplies(cmds, berr, j, len(run), "acquire")
 		if err != nil {
 			// The run may have stopped part way (or its outcome is
 			// unknown): its keys' grants are deleted by their tokens.
@@ -165,14 +158,7 @@ func (r *Redis) releaseMany(ctx context.Context, keys, toks []string, channel st
 	}
 	cmds, berr := rscript.RunWaves(ctx, r.client, releaseManyScript, args)
 	for j, run := range runs {
-		var replies []any
-		err := berr
-		if err == nil {
-			replies, err = cmds[j].(*redis.Cmd).Slice()
-		}
-		if err == nil && len(replies) != len(run) {
-			err = fmt.Errorf("release script returned %d replies for %d keys", len(replies), len(run))
-		}
+		replies, err := runReplies(cmds, berr, j, len(run), "release")
 		for n, i := range run {
 			switch {
 			case err != nil:
@@ -270,3 +256,16 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 
 // Every returns how often the lease's watchdog beats.
 func (l *Lease) Every() time.Duration { return l.every }
+
+// runReplies is the replies of the j-th of a batch's script runs, one per
+// key of its n keys, or the error that it, or its round trip (berr), met.
+func runReplies(cmds []redis.Cmder, berr error, j, n int, script string) ([]any, error) {
+	if berr != nil {
+		return nil, berr
+	}
+	replies, err := cmds[j].(*redis.Cmd).Slice()
+	if err == nil && len(replies) != n {
+		err = fmt.Errorf("%s script returned %d replies for %d keys", script, len(replies), n)
+	}
+	return replies, err
+}
