@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rscript"
 )
@@ -336,39 +334,6 @@ func TestGetMany_callerLeaves(t *testing.T) {
 	waitFor(t, func() bool { _, f := p.l1.Lookup("a"); return f.String() == "fresh" })
 }
 
-// tripCounter counts a client's round trips: each command alone, each
-// pipeline once.
-type tripCounter struct{ trips, cmds atomic.Int64 }
-
-func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !setup(cmd) {
-			c.trips.Add(1)
-			c.cmds.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !setup(cmds[0]) {
-			c.trips.Add(1)
-			c.cmds.Add(int64(len(cmds)))
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// setup reports whether cmd is part of a new connection's handshake.
-func setup(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "client", "auth", "select":
-		return true
-	}
-	return false
-}
-
 // warmScripts runs one batch on keys of its own, so that Redis knows the
 // scripts and a measured batch needs no EVAL after a NOSCRIPT.
 func warmScripts(t *testing.T, p *Pipeline[string]) {
@@ -378,10 +343,10 @@ func warmScripts(t *testing.T, p *Pipeline[string]) {
 	}
 }
 
-func manyPod(t *testing.T, srv *redistest.Server, name string, more func(*Builder[string]) *Builder[string]) (*Pipeline[string], *tripCounter) {
+func manyPod(t *testing.T, srv *redistest.Server, name string, more func(*Builder[string]) *Builder[string]) (*Pipeline[string], *redistest.Trips) {
 	t.Helper()
 	c := srv.Client()
-	tc := &tripCounter{}
+	tc := &redistest.Trips{}
 	c.AddHook(tc)
 	// These tests are about batches, not Redis timeouts: a generous
 	// operation timeout keeps a loaded machine's delays from reading as
@@ -411,12 +376,12 @@ func TestGetMany_redis_roundTrips(t *testing.T) {
 	}
 	warmScripts(t, p)
 	l := &batchLoader{}
-	before := tc.trips.Load()
+	before := tc.RoundTrips.Load()
 	rs, err := p.GetMany(ctx, keys, l.load)
 	if err != nil {
 		t.Fatal(err)
 	}
-	trips := tc.trips.Load() - before
+	trips := tc.RoundTrips.Load() - before
 	for k, r := range rs {
 		if r.FailedOpen {
 			t.Fatalf("%s failed open: %v", k, r.FailOpenCause)
@@ -439,7 +404,7 @@ func TestGetMany_redis_roundTrips(t *testing.T) {
 	}
 
 	q, tq := manyPod(t, srv, "many-trips", nil)
-	before = tq.trips.Load()
+	before = tq.RoundTrips.Load()
 	rs, err = q.GetMany(ctx, keys, l.load)
 	if err != nil {
 		t.Fatal(err)
@@ -447,7 +412,7 @@ func TestGetMany_redis_roundTrips(t *testing.T) {
 	if s := sources(rs); s["l2"] != len(keys) {
 		t.Errorf("second process: sources %v, want every key from l2", s)
 	}
-	if n := tq.trips.Load() - before; n != perPhase {
+	if n := tq.RoundTrips.Load() - before; n != perPhase {
 		t.Errorf("second process: %d round trips, want %d", n, perPhase)
 	}
 	if calls := l.snapshot(); len(calls) != 1 {
@@ -559,16 +524,16 @@ func TestGetMany_redisWithoutLock(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	c := srv.Client()
-	tc := &tripCounter{}
+	tc := &redistest.Trips{}
 	c.AddHook(tc)
 	p := build(t, New[string]("many-nolock").Cache(time.Minute).Redis(c))
 	warmScripts(t, p)
 	l := &batchLoader{}
-	before := tc.trips.Load()
+	before := tc.RoundTrips.Load()
 	if _, err := p.GetMany(ctx, []string{"a", "b", "c"}, l.load); err != nil {
 		t.Fatal(err)
 	}
-	if n := tc.trips.Load() - before; n != 2 {
+	if n := tc.RoundTrips.Load() - before; n != 2 {
 		t.Errorf("%d round trips, want 2", n)
 	}
 	q := build(t, New[string]("many-nolock").Cache(time.Minute).Redis(srv.Client()))

@@ -13,10 +13,10 @@ import (
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
-func batcherOn(t *testing.T, srv *redistest.Server, timeout time.Duration) (*Batcher, *tripCounter, *redis.Client) {
+func batcherOn(t *testing.T, srv *redistest.Server, timeout time.Duration) (*Batcher, *redistest.Trips, *redis.Client) {
 	t.Helper()
 	rdb := srv.Client()
-	tc := new(tripCounter)
+	tc := new(redistest.Trips)
 	rdb.AddHook(tc)
 	ctx := redistest.Context(t, 5*time.Second)
 	for i := range 256 {
@@ -24,8 +24,8 @@ func batcherOn(t *testing.T, srv *redistest.Server, timeout time.Duration) (*Bat
 			t.Fatal(err)
 		}
 	}
-	tc.trips.Store(0)
-	tc.cmds.Store(0)
+	tc.RoundTrips.Store(0)
+	tc.Commands.Store(0)
 	return New(rdb, timeout), tc, rdb
 }
 
@@ -40,7 +40,7 @@ func TestBatcher_loneCommandGoesAloneAtOnce(t *testing.T) {
 			t.Fatalf("HGet h%d = %q, %v; want %q", i, v, err, fmt.Sprint(i))
 		}
 	}
-	if trips, cmds := tc.trips.Load(), tc.cmds.Load(); trips != 5 || cmds != 5 {
+	if trips, cmds := tc.RoundTrips.Load(), tc.Commands.Load(); trips != 5 || cmds != 5 {
 		t.Fatalf("5 lone commands took %d round trips for %d commands; want 5 for 5", trips, cmds)
 	}
 }
@@ -70,10 +70,10 @@ func TestBatcher_burstSharesRoundTrips(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if trips, cmds := tc.trips.Load(), tc.cmds.Load(); cmds != n || trips > n/4 {
+	if trips, cmds := tc.RoundTrips.Load(), tc.Commands.Load(); cmds != n || trips > n/4 {
 		t.Fatalf("%d commands at once took %d round trips for %d commands; want at most %d for %d", n, trips, cmds, n/4, n)
 	}
-	t.Logf("%d commands: %d round trips", n, tc.trips.Load())
+	t.Logf("%d commands: %d round trips", n, tc.RoundTrips.Load())
 }
 
 // TestBatcher_hungServer: on a stopped server, a command returns once its
@@ -99,7 +99,7 @@ func TestBatcher_hungServer(t *testing.T) {
 	for i := range senders {
 		wg.Go(func() { senders[i] = b.HGet(ctx, fmt.Sprintf("h%d", i), "v").Err() })
 		// Each sends a batch of its own: the command has gone out.
-		waitFor(t, func() bool { return tc.trips.Load() == int64(i+1) })
+		waitFor(t, func() bool { return tc.RoundTrips.Load() == int64(i+1) })
 	}
 	queued, cancel := context.WithCancel(ctx)
 	var leaving error
