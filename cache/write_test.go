@@ -117,10 +117,14 @@ func TestInvalidate_tombstoneIsMissRevokesLockRefusesOlderWrites(t *testing.T) {
 		t.Fatalf("Get = %+v, %v, %v; want the new value", e, f, err)
 	}
 	// When the tombstone is gone, an unlocked write lands again.
-	if _, err := r.Invalidate(ctx, "k2", WriteOptions{Origin: testWrite.Origin, FenceRetention: time.Hour, Hold: 50 * time.Millisecond}); err != nil {
+	if _, err := r.Invalidate(ctx, "k2", WriteOptions{Origin: testWrite.Origin, FenceRetention: time.Hour, Hold: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The tombstone's Hold runs out now (PEXPIREAT in the past), as it
+	// would after a minute.
+	if err := rdb.PExpireAt(ctx, r.keys.Value("k2"), time.UnixMilli(1)).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if stored, err := r.Set(ctx, "k2", entry(user{Name: "later"}, 0)); err != nil || !stored {
 		t.Fatalf("unlocked Set after the tombstone expired = %v, %v; want stored", stored, err)
 	}

@@ -76,11 +76,18 @@ func TestRedisLock_KeepAlive_beatingHolderIsNotTakenOver(t *testing.T) {
 	ls := acquire(t, holder, "k", time.Minute)
 	ls.KeepAlive(ctx, nil)
 	defer ls.Release(ctx)
-	for range 15 { // 15 x 100 ms: several dead-afters of the holder's
+	// Tried at every poll until three of the holder's dead-afters (400 ms)
+	// have passed and its watchdog has beaten five times (the events: the
+	// hash's h field, rewritten by each beat).
+	beats := map[string]bool{}
+	for start := time.Now(); time.Since(start) < 3*400*time.Millisecond || len(beats) < 5; time.Sleep(10 * time.Millisecond) {
 		if _, err := other.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, ErrNotAcquired) {
-			t.Fatalf("TryAcquire() against a beating holder = %v, want ErrNotAcquired", err)
+			t.Fatalf("TryAcquire() against a beating holder after %v = %v, want ErrNotAcquired", time.Since(start), err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		beats[rdb.HGet(ctx, holder.keys.Lock("k"), "h").Val()] = true
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%d beats in 10s", len(beats))
+		}
 	}
 }
 

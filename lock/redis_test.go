@@ -35,6 +35,17 @@ func newLocker(t *testing.T, client RedisClient) *Redis {
 	return l
 }
 
+// expireNow ends key's lease in Redis at once, as its running out would:
+// the lock key is expired (PEXPIREAT in the past deletes it), its fence
+// counter kept. Waiting for a short lease to run out would put the wall
+// clock in the test.
+func expireNow(t *testing.T, l *Redis, key string) {
+	t.Helper()
+	if err := rdb.PExpireAt(testCtx(t), l.keys.Lock(key), time.UnixMilli(1)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func acquire(t *testing.T, l *Redis, key string, lease time.Duration) *Lease {
 	t.Helper()
 	ls, err := l.TryAcquire(testCtx(t), key, lease)
@@ -131,8 +142,8 @@ func TestRedisLock_TryAcquire_storesTokenAndLease(t *testing.T) {
 func TestRedisLock_Release_afterLeaseExpired(t *testing.T) {
 	l := newLocker(t, rdb)
 	ctx := testCtx(t)
-	a := acquire(t, l, "k", 50*time.Millisecond)
-	time.Sleep(80 * time.Millisecond)
+	a := acquire(t, l, "k", time.Minute)
+	expireNow(t, l, "k")
 	b := acquire(t, l, "k", time.Minute)
 	if err := a.Release(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("expired lease Release() = %v, want ErrNotHeld", err)
@@ -150,8 +161,8 @@ func TestRedisLock_Release_afterLeaseExpired(t *testing.T) {
 
 func TestRedisLock_Release_afterExpiryWithoutSuccessor(t *testing.T) {
 	l := newLocker(t, rdb)
-	a := acquire(t, l, "k", 20*time.Millisecond)
-	time.Sleep(40 * time.Millisecond)
+	a := acquire(t, l, "k", time.Minute)
+	expireNow(t, l, "k")
 	if err := a.Release(testCtx(t)); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Release() = %v, want ErrNotHeld", err)
 	}
@@ -181,8 +192,8 @@ func TestRedisLock_Extend(t *testing.T) {
 func TestRedisLock_Extend_afterLeaseExpired(t *testing.T) {
 	l := newLocker(t, rdb)
 	ctx := testCtx(t)
-	a := acquire(t, l, "k", 30*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
+	a := acquire(t, l, "k", time.Minute)
+	expireNow(t, l, "k")
 	b := acquire(t, l, "k", time.Minute)
 	defer b.Release(ctx)
 	if err := a.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
@@ -199,7 +210,20 @@ func TestRedisLock_KeepAlive_outlivesLease(t *testing.T) {
 	a := acquire(t, l, "k", 300*time.Millisecond)
 	lost := make(chan error, 1)
 	a.KeepAlive(ctx, func(err error) { lost <- err })
-	time.Sleep(time.Second) // more than three leases
+	// The watchdog's beats (the hash's h field, rewritten by each) are the
+	// events waited for: the lock must still be the lease's at each of
+	// them, past three leases from the grant.
+	beats := map[string]bool{}
+	for start := time.Now(); time.Since(start) < 3*a.TTL() || len(beats) < 4; time.Sleep(5 * time.Millisecond) {
+		cur, err := rdb.HMGet(ctx, l.keys.Lock("k"), "t", "h").Result()
+		if err != nil || cur[0] != a.Token() {
+			t.Fatalf("the lock after %v: %v, %v; want the lease's token", time.Since(start), cur, err)
+		}
+		beats[fmt.Sprint(cur[1])] = true
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%d beats in 10s", len(beats))
+		}
+	}
 	if _, err := l.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("TryAcquire() while the watchdog runs = %v, want ErrNotAcquired", err)
 	}
@@ -249,8 +273,8 @@ func TestRedisLock_Fence_increasesAcrossGrants(t *testing.T) {
 		}
 	}
 	// A grant after an expiry (not a release) is fenced too.
-	a := acquire(t, l, "k", 20*time.Millisecond)
-	time.Sleep(40 * time.Millisecond)
+	a := acquire(t, l, "k", time.Minute)
+	expireNow(t, l, "k")
 	b := acquire(t, l, "k", time.Minute)
 	defer b.Release(ctx)
 	if b.Fence() <= a.Fence() {
