@@ -11,8 +11,9 @@
 //     set, runs the pod instead of the tests.
 //   - The parent writes commands to the pod's stdin, one line each
 //     ([Proc.Send], [Proc.SendJSON]); a pod whose stdin closes is to exit.
-//   - The pod writes its replies and events to stdout, one line each; the
-//     parent reads them with [Proc.Expect] or [Spec.OnLine]. Readiness is
+//   - The pod writes its replies and events to stdout, one line each (JSON
+//     lines from many goroutines: [Writer]); the parent reads them with
+//     [Proc.Expect] or [Spec.OnLine]. Readiness is
 //     a line too: the parent waits for it, never for a time.
 //   - Faults are signals: [Proc.Kill] (SIGKILL, and wait until reaped),
 //     [Proc.Stop] and [Proc.Cont] (SIGSTOP, SIGCONT; Unix only).

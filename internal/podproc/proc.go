@@ -290,13 +290,16 @@ func (p *Proc) Killed() bool {
 // Stderr returns the last 32 KiB the pod wrote to stderr.
 func (p *Proc) Stderr() string { return p.stderr.String() }
 
-// Close closes the pod's stdin, waits up to grace for it to exit, and
-// then continues it (it may be stopped) and SIGKILLs it, and waits until
-// it is reaped. It returns [ErrNotExited] if a grace was given and the
-// pod had to be killed, else the pod's exit error unless the parent
-// killed it. Close may be called more than once.
+// Close closes the pod's stdin and continues it (it may be stopped), waits
+// up to grace for it to exit, then SIGKILLs it, and waits until it is
+// reaped. It returns [ErrNotExited] if a grace was given and the pod had
+// to be killed, else the pod's exit error unless the parent killed it.
+// Close may be called more than once.
 func (p *Proc) Close(grace time.Duration) error {
 	_ = p.CloseStdin()
+	if !p.Exited() {
+		p.resume()
+	}
 	if grace > 0 {
 		t := time.NewTimer(grace)
 		defer t.Stop()
@@ -306,7 +309,6 @@ func (p *Proc) Close(grace time.Duration) error {
 		}
 	}
 	if !p.Exited() {
-		p.resume()
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
 		if grace > 0 {

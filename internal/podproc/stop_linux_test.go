@@ -46,8 +46,8 @@ func TestProc_Close_stoppedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStopped(t, p.Pid())
-	if err := p.Close(0); err != nil {
-		t.Fatalf("Close of a stopped pod = %v", err)
+	if err := p.Close(within); err != nil {
+		t.Fatalf("Close of a stopped pod = %v, want it continued to exit cleanly", err)
 	}
 	gone(t, p.Pid())
 }

@@ -11,6 +11,6 @@ func (p *Proc) Stop() error { return p.Signal(syscall.SIGSTOP) }
 // Cont undoes [Proc.Stop] with SIGCONT.
 func (p *Proc) Cont() error { return p.Signal(syscall.SIGCONT) }
 
-// resume continues a pod that may be stopped, so that a SIGKILL or its
-// stdin's end reaches it.
+// resume continues a pod that may be stopped, so that its stdin's end
+// reaches it.
 func (p *Proc) resume() { _ = p.Cont() }
