@@ -2,6 +2,7 @@ package podproc
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,12 +108,9 @@ func StartProc(s Spec) (*Proc, error) {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("podproc: start %s: %w", s.Name, err)
+		return nil, fmt.Errorf("podproc: start %s: %w", cmp.Or(s.Name, "pod"), err)
 	}
-	p.name = s.Name
-	if p.name == "" {
-		p.name = fmt.Sprintf("pod %d", cmd.Process.Pid)
-	}
+	p.name = cmp.Or(s.Name, fmt.Sprintf("pod %d", cmd.Process.Pid))
 	onLine := s.OnLine
 	if onLine == nil {
 		p.lines = make(chan string, 1024)
