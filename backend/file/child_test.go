@@ -3,7 +3,6 @@
 package file
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -11,13 +10,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/podproc"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -42,74 +39,37 @@ type childConfig struct {
 	Loop    bool          `json:"loop,omitempty"`  // call until a second line on stdin
 }
 
-// child is a running child process and its stdout, line by line.
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
+// child is a running child process; its stdout is read line by line.
+type child struct{ *podproc.Proc }
 
 // startChild starts this test binary in role; it is killed at the test's
 // end if still running.
 func startChild(t *testing.T, role string, cfg childConfig) *child {
 	t.Helper()
-	exe, err := os.Executable()
+	args, err := podproc.JSONEnv(childArgs, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(cfg)
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+role, childArgs+"="+string(b))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = sysProcAttr()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(c.lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = stdin.Close()
-		<-done
-		_ = cmd.Wait()
-	})
-	return c
+	return &child{podproc.Start(t, podproc.Spec{Name: "child " + role,
+		Env: []string{childEnv + "=" + role, args}, Stderr: os.Stderr})}
 }
 
 // expect waits for the child's next line that starts with prefix and
 // returns it.
 func (c *child) expect(t *testing.T, prefix string, within time.Duration) string {
 	t.Helper()
-	deadline := time.After(within)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child exited before printing %q", prefix)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-		case <-deadline:
-			t.Fatalf("child did not print %q within %v", prefix, within)
-		}
+	l, err := c.Expect(prefix, within)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// send writes line to the child's stdin.
+func (c *child) send(t *testing.T, line string) {
+	t.Helper()
+	if err := c.Send(line); err != nil {
+		t.Fatal(err)
 	}
 }
 

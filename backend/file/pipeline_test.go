@@ -146,9 +146,7 @@ func pods(t *testing.T, n int, cfg childConfig) []*child {
 func goAll(t *testing.T, cs []*child) {
 	t.Helper()
 	for _, c := range cs {
-		if _, err := c.stdin.Write([]byte("go\n")); err != nil {
-			t.Fatal(err)
-		}
+		c.send(t, "go")
 	}
 }
 
@@ -235,7 +233,7 @@ func TestPipelineHolderKilled(t *testing.T) {
 	cs := pods(t, 4, withSleep(base, 100*time.Millisecond))
 	goAll(t, cs)
 	time.Sleep(200 * time.Millisecond) // they wait for the holder
-	if err := holder.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := holder.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cs {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,10 +38,9 @@ func TestTakeoverOfKilledHolder(t *testing.T) {
 	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while the child holds = %v", err)
 	}
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.Kill(time.Minute); err != nil { // reaped: the kernel has dropped its flocks
 		t.Fatal(err)
 	}
-	_, _ = c.cmd.Process.Wait() // the kernel has dropped its flocks
 	if held, _, err := s.Inspect(ctx, "k"); err != nil || held {
 		t.Fatalf("Inspect after the holder was killed = %v, %v; want not held", held, err)
 	}
@@ -69,7 +67,7 @@ func TestTakeoverOfStoppedHolder(t *testing.T) {
 	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while the child beats = %v", err)
 	}
-	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	var l *lock.Lease
@@ -95,7 +93,7 @@ func TestTakeoverOfStoppedHolder(t *testing.T) {
 		t.Fatalf("second TryAcquire after the takeover = %v", err)
 	}
 	l.KeepAlive(ctx, nil)
-	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := c.Cont(); err != nil {
 		t.Fatal(err)
 	}
 	if line := c.expect(t, "lost ", 30*time.Second); line != "lost true" {

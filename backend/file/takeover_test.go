@@ -80,10 +80,9 @@ func childRace(cfg childConfig) error {
 // for is counted from then.
 func killHolder(t *testing.T, c *child) time.Time {
 	t.Helper()
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.Kill(time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.cmd.Process.Wait()
 	return time.Now()
 }
 
@@ -95,9 +94,7 @@ func takeoverRun(t *testing.T, s *Shared, rs []*child, key string, heartbeat tim
 	t.Helper()
 	ctx := context.Background()
 	for _, c := range rs {
-		if _, err := fmt.Fprintf(c.stdin, "try %s\n", key); err != nil {
-			t.Fatal(err)
-		}
+		c.send(t, "try "+key)
 	}
 	winner, fence := -1, int64(0)
 	var grantAt time.Time
@@ -120,9 +117,7 @@ func takeoverRun(t *testing.T, s *Shared, rs []*child, key string, heartbeat tim
 	}
 	w := rs[winner]
 	if beat {
-		if _, err := w.stdin.Write([]byte("beat\n")); err != nil {
-			t.Fatal(err)
-		}
+		w.send(t, "beat")
 		w.expect(t, "beat", 30*time.Second)
 	}
 	killed := time.Now()
@@ -284,14 +279,10 @@ func testPipelineTakeover(t *testing.T, rounds int, heartbeat time.Duration, del
 		key := "k" + strconv.Itoa(i)
 		delay := delays[i%len(delays)]
 		h := start()
-		if _, err := fmt.Fprintf(h.stdin, "get %s 1h\n", key); err != nil {
-			t.Fatal(err)
-		}
+		h.send(t, "get "+key+" 1h")
 		h.expect(t, "load "+key+" ", 30*time.Second)
 		for _, w := range ws {
-			if _, err := fmt.Fprintf(w.stdin, "get %s 100ms\n", key); err != nil {
-				t.Fatal(err)
-			}
+			w.send(t, "get "+key+" 100ms")
 		}
 		time.Sleep(delay) // the holder is killed this far into its load
 		killed := time.Now()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdguard/herdguard/internal/podproc"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -33,10 +34,10 @@ func coldKeys(n int) []string {
 
 // manyPod asks c.Keys in one GetMany and reports each key's load and
 // result, then done.
-func manyPod(ctx context.Context, c podConfig, em *emitter, many manyFunc) {
+func manyPod(ctx context.Context, c podConfig, em *podproc.Writer, many manyFunc) {
 	load := func(ctx context.Context, keys []string) (map[string]string, error) {
 		for _, k := range keys {
-			em.emit(event{Ev: "load", Pod: c.Pod, Key: k})
+			em.Emit(event{Ev: "load", Pod: c.Pod, Key: k})
 		}
 		t := time.NewTimer(c.Load)
 		defer t.Stop()
@@ -100,7 +101,7 @@ func manyPod(ctx context.Context, c podConfig, em *emitter, many manyFunc) {
 		mu.Lock()
 		sm.Loaded = loaded
 		mu.Unlock()
-		em.emit(event{Ev: "done", Pod: c.Pod, N: len(c.Keys), Summary: sm})
+		em.Emit(event{Ev: "done", Pod: c.Pod, N: len(c.Keys), Summary: sm})
 		return
 	}
 	for _, k := range c.Keys {
@@ -118,7 +119,7 @@ func manyPod(ctx context.Context, c podConfig, em *emitter, many manyFunc) {
 		case err != nil:
 			ev.Err = err.Error()
 		}
-		em.emit(ev)
+		em.Emit(ev)
 	}
-	em.emit(event{Ev: "done", Pod: c.Pod, N: len(c.Keys)})
+	em.Emit(event{Ev: "done", Pod: c.Pod, N: len(c.Keys)})
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/herdguard/herdguard/internal/podproc"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -70,18 +70,6 @@ type event struct {
 	Summary *summary `json:"summary,omitempty"`
 }
 
-// emitter writes events from many goroutines.
-type emitter struct {
-	mu  sync.Mutex // guards enc
-	enc *json.Encoder
-}
-
-func (e *emitter) emit(ev event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_ = e.enc.Encode(ev) // a parent gone away has nothing to hear
-}
-
 // podMain runs this process as a pod configured by cfg (JSON): it builds
 // its getter, says ready, waits for "go" on stdin, runs its callers,
 // reports, and exits.
@@ -109,7 +97,7 @@ type getFunc func(ctx context.Context, key string, load func(ctx context.Context
 type manyFunc func(ctx context.Context, keys []string, load resilience.LoadManyFunc[string]) (map[string]resilience.Result[string], error)
 
 func runPod(c podConfig, in io.Reader, out io.Writer) error {
-	em := &emitter{enc: json.NewEncoder(out)}
+	em := podproc.NewWriter(out)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, c.DSN)
 	if err != nil {
@@ -125,12 +113,12 @@ func runPod(c podConfig, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer closeGet()
-	em.emit(event{Ev: "ready", Pod: c.Pod})
+	em.Emit(event{Ev: "ready", Pod: c.Pod})
 	if line, err := bufio.NewReader(in).ReadString('\n'); err != nil || line != "go\n" {
 		return fmt.Errorf("waiting for go: %q, %v", line, err)
 	}
 	load := func(ctx context.Context, key string) (string, error) {
-		em.emit(event{Ev: "load", Pod: c.Pod, Key: key})
+		em.Emit(event{Ev: "load", Pod: c.Pod, Key: key})
 		if c.Hold {
 			<-ctx.Done() // until killed
 			return "", ctx.Err()
@@ -162,7 +150,7 @@ func runPod(c podConfig, in io.Reader, out io.Writer) error {
 					if err != nil {
 						ev.Err = err.Error()
 					}
-					em.emit(ev)
+					em.Emit(ev)
 				}
 				time.Sleep(c.Pause)
 			}
@@ -187,17 +175,15 @@ func runPod(c podConfig, in io.Reader, out io.Writer) error {
 		}
 	}
 	wg.Wait()
-	em.emit(event{Ev: "done", Pod: c.Pod, N: int(calls.Load())})
+	em.Emit(event{Ev: "done", Pod: c.Pod, N: int(calls.Load())})
 	return nil
 }
 
 // fleet is the parent's view of its pods.
 type fleet struct {
 	t      *testing.T
-	cmds   []*exec.Cmd
-	stdins []io.WriteCloser
-	events chan event
-	wg     sync.WaitGroup // the readers of the pods' stdout
+	procs  []*podproc.Proc
+	events chan event // every pod's, in the order their readers got them
 }
 
 // startPods starts one pod per config and waits until each is ready.
@@ -205,36 +191,21 @@ func startPods(t *testing.T, cfgs []podConfig) *fleet {
 	t.Helper()
 	f := &fleet{t: t, events: make(chan event, 1<<16)}
 	for _, c := range cfgs {
-		raw, _ := json.Marshal(c)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), podEnv+"="+string(raw))
-		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		stdin, err := cmd.StdinPipe()
+		env, err := podproc.JSONEnv(podEnv, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		f.cmds = append(f.cmds, cmd)
-		f.stdins = append(f.stdins, stdin)
-		f.wg.Go(func() {
-			sc := bufio.NewScanner(stdout)
-			sc.Buffer(make([]byte, 0, 64<<10), 256<<20) // a summary of 100,000 keys
-			for sc.Scan() {
+		f.procs = append(f.procs, podproc.Start(t, podproc.Spec{
+			Name: fmt.Sprintf("pod %d", c.Pod), Env: []string{env}, Stderr: os.Stderr,
+			MaxLine: 256 << 20, // a summary of 100,000 keys
+			OnLine: func(line []byte) {
 				var ev event
-				if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				if json.Unmarshal(line, &ev) == nil {
 					f.events <- ev
 				}
-			}
-		})
+			},
+		}))
 	}
-	t.Cleanup(f.stop)
 	ready := 0
 	for ready < len(cfgs) {
 		ev := f.next(time.Minute)
@@ -260,7 +231,7 @@ func (f *fleet) next(d time.Duration) event {
 // goAll tells the pods in which to start.
 func (f *fleet) goAll(which ...int) {
 	for _, i := range which {
-		if _, err := io.WriteString(f.stdins[i], "go\n"); err != nil {
+		if err := f.procs[i].Send("go"); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -325,21 +296,9 @@ func (f *fleet) collect(done int, onLoad func(event)) tally {
 	return tl
 }
 
-// stop kills the pods still running and waits for them.
-func (f *fleet) stop() {
-	for i, c := range f.cmds {
-		_ = f.stdins[i].Close()
-		if c.ProcessState == nil {
-			_ = c.Process.Kill()
-		}
-		_ = c.Wait()
-	}
-	f.wg.Wait()
-}
-
 // kill SIGKILLs pod i.
 func (f *fleet) kill(i int) {
-	if err := f.cmds[i].Process.Signal(syscall.SIGKILL); err != nil {
+	if err := f.procs[i].Signal(syscall.SIGKILL); err != nil {
 		f.t.Fatal(err)
 	}
 }

@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"io"
+	"errors"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/herdguard/herdguard/internal/podproc"
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
@@ -91,9 +90,8 @@ func checkRow(ctx context.Context, t *testing.T, db *pgxpool.Pool, table, v stri
 // podProc is a pod: this test binary run again with podEnv set, its
 // stdout read as events.
 type podProc struct {
+	*podproc.Proc
 	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
 	events chan podEvent // closed when stdout ends
 }
 
@@ -101,58 +99,28 @@ type podProc struct {
 // and waits for it to exit, killing it if it lingers.
 func startPod(t *testing.T, name string, c podConfig) *podProc {
 	t.Helper()
-	exe, err := os.Executable()
+	env, err := podproc.JSONEnv(podEnv, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := json.Marshal(c)
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), podEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	// The kernel kills the pod if the test binary dies without cleanups.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &podProc{name: name, cmd: cmd, stdin: stdin, events: make(chan podEvent, 16)}
-	// The reader ends with the pod's stdout, at its exit.
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		defer close(p.events)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
+	p := &podProc{name: name, events: make(chan podEvent, 16)}
+	p.Proc, err = podproc.StartProc(podproc.Spec{Name: "pod " + name, Env: []string{env}, Stderr: os.Stderr,
+		OnLine: func(line []byte) {
 			var ev podEvent
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				t.Errorf("pod %s printed %q: %v", name, sc.Text(), err)
-				continue
+			if err := json.Unmarshal(line, &ev); err != nil {
+				t.Errorf("pod %s printed %q: %v", name, line, err)
+				return
 			}
 			p.events <- ev
-		}
-	}()
+		},
+		OnExit: func() { close(p.events) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = stdin.Close()
-		exited := make(chan struct{})
-		go func() {
-			<-read
-			_ = cmd.Wait()
-			close(exited)
-		}()
-		select {
-		case <-exited:
-		case <-time.After(stepBound):
+		if err := p.Close(stepBound); errors.Is(err, podproc.ErrNotExited) {
 			t.Errorf("pod %s did not exit within %v of its stdin closing", name, stepBound)
-			_ = cmd.Process.Kill()
-			<-exited
 		}
 	})
 	return p
@@ -161,7 +129,7 @@ func startPod(t *testing.T, name string, c podConfig) *podProc {
 // send writes line to the pod's stdin.
 func (p *podProc) send(t *testing.T, line string) {
 	t.Helper()
-	if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+	if err := p.Send(line); err != nil {
 		t.Fatalf("pod %s: %v", p.name, err)
 	}
 }
@@ -188,7 +156,7 @@ func (p *podProc) next(t *testing.T, ev string) podEvent {
 // signal sends sig to the pod.
 func (p *podProc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.Signal(sig); err != nil {
 		t.Fatalf("pod %s: %v: %v", p.name, sig, err)
 	}
 }

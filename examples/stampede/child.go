@@ -16,6 +16,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/examples/internal/otelsetup"
+	"github.com/herdguard/herdguard/internal/podproc"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -127,21 +128,14 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // emitter writes events, one JSON line each, from many goroutines, and
 // counts the loader calls it reports.
 type emitter struct {
-	mu    sync.Mutex // guards enc
-	enc   *json.Encoder
+	*podproc.Writer
 	loads atomic.Int64
-}
-
-func (e *emitter) emit(ev event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_ = e.enc.Encode(ev) // a parent gone away: nothing to tell
 }
 
 // load reports a loader call that begins.
 func (e *emitter) load(pod int, key string) {
 	e.loads.Add(1)
-	e.emit(event{Ev: "load", Pod: pod, Key: key})
+	e.Emit(event{Ev: "load", Pod: pod, Key: key})
 }
 
 // breakerWatch follows a pipeline's Redis breaker.
@@ -171,7 +165,7 @@ type getter func(ctx context.Context, key string, load time.Duration) (value, so
 // getter, says ready, then runs the rounds it is told to until told to exit
 // or its stdin closes.
 func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
-	em := &emitter{enc: json.NewEncoder(out)}
+	em := &emitter{Writer: podproc.NewWriter(out)}
 	hook := &countHook{}
 	client := redis.NewClient(&redis.Options{Addr: cfg.Addr})
 	defer client.Close()
@@ -185,7 +179,7 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer func() { _ = closeGet() }()
-	em.emit(event{Ev: "ready", Pod: cfg.Pod})
+	em.Emit(event{Ev: "ready", Pod: cfg.Pod})
 
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
@@ -203,7 +197,7 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 			r.RoundTrips = hook.n.Load() - trips
 			r.Loads = int(em.loads.Load() - loads)
 			r.BreakerWasOpen, r.BreakerOpened = wasOpen, watch.opens.Load() > opens
-			em.emit(event{Ev: "result", Pod: cfg.Pod, Key: c.Key, Result: r})
+			em.Emit(event{Ev: "result", Pod: cfg.Pod, Key: c.Key, Result: r})
 		default:
 			return fmt.Errorf("stampede: pod %d: unknown op %q", cfg.Pod, c.Op)
 		}

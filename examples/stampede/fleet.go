@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/herdguard/herdguard/internal/podproc"
 )
 
 // Spawner returns the command that runs one pod: this program (or a test
@@ -40,13 +40,9 @@ type Fleet struct {
 
 type pod struct {
 	i       int
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
+	proc    *podproc.Proc
 	results chan *podResult
-	loads   chan string   // keys this pod's loader started on
-	done    chan struct{} // closed when the pod's stdout has ended and it is reaped
-	err     error         // the pod's exit status; read after done
-	killed  bool
+	loads   chan string // keys this pod's loader started on
 }
 
 // StartFleet starts one pod per config and waits until each is ready.
@@ -66,8 +62,8 @@ func StartFleet(ctx context.Context, spawn Spawner, cfgs []podConfig) (*Fleet, e
 			select {
 			case <-p.results: // the first message is "ready", passed on as nil
 				ready <- nil
-			case <-p.done:
-				ready <- fmt.Errorf("stampede: pod %d exited before it was ready: %v", p.i, p.err)
+			case <-p.proc.Done():
+				ready <- fmt.Errorf("stampede: pod %d exited before it was ready: %v", p.i, p.proc.Err())
 			case <-ctx.Done():
 				ready <- fmt.Errorf("stampede: pod %d not ready: %w", p.i, ctx.Err())
 			}
@@ -85,56 +81,42 @@ func StartFleet(ctx context.Context, spawn Spawner, cfgs []podConfig) (*Fleet, e
 }
 
 func (f *Fleet) spawn(spawn Spawner, c podConfig) (*pod, error) {
-	b, err := json.Marshal(c)
+	env, err := podproc.JSONEnv(podEnv, c)
 	if err != nil {
 		return nil, err
 	}
-	cmd := spawn()
-	cmd.Env = append(os.Environ(), podEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	p := &pod{i: c.Pod, results: make(chan *podResult, 16), loads: make(chan string, 1024)}
+	// The pod's reader passes its events on until its stdout closes (it
+	// exited or was killed); then it reaps the pod.
+	p.proc, err = podproc.StartProc(podproc.Spec{Name: fmt.Sprintf("pod %d", c.Pod), Cmd: spawn,
+		Env: []string{env}, Stderr: os.Stderr, MaxLine: 64 << 20, OnLine: func(line []byte) { f.record(p, line) }})
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("stampede: start pod %d: %w", c.Pod, err)
 	}
-	p := &pod{i: c.Pod, cmd: cmd, stdin: stdin,
-		results: make(chan *podResult, 16), loads: make(chan string, 1024), done: make(chan struct{})}
-	// The reader ends when the pod's stdout closes (it exited or was
-	// killed); then it reaps the pod.
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 64<<20)
-		for sc.Scan() {
-			var ev event
-			if json.Unmarshal(sc.Bytes(), &ev) != nil {
-				continue
-			}
-			switch ev.Ev {
-			case "ready":
-				p.results <- nil
-			case "load":
-				f.countLoad(ev.Key)
-				select {
-				case p.loads <- ev.Key:
-				default:
-				}
-			case "result":
-				if ev.Result != nil {
-					ev.Result.key = ev.Key
-					p.results <- ev.Result
-				}
-			}
-		}
-		p.err = cmd.Wait()
-	}()
 	return p, nil
+}
+
+// record passes on one event of pod p.
+func (f *Fleet) record(p *pod, line []byte) {
+	var ev event
+	if json.Unmarshal(line, &ev) != nil {
+		return
+	}
+	switch ev.Ev {
+	case "ready":
+		p.results <- nil
+	case "load":
+		f.countLoad(ev.Key)
+		select {
+		case p.loads <- ev.Key:
+		default:
+		}
+	case "result":
+		if ev.Result != nil {
+			ev.Result.key = ev.Key
+			p.results <- ev.Result
+		}
+	}
 }
 
 func (f *Fleet) countLoad(key string) {
@@ -163,9 +145,7 @@ func (f *Fleet) Go(i int, key string, start time.Time, load time.Duration) error
 
 // send writes c to pod i.
 func (f *Fleet) send(i int, c command) error {
-	b, _ := json.Marshal(c)
-	_, err := f.pods[i].stdin.Write(append(b, '\n'))
-	return err
+	return f.pods[i].proc.SendJSON(c)
 }
 
 // Result waits up to timeout for pod i's result of its round on key. A pod
@@ -181,7 +161,7 @@ func (f *Fleet) Result(i int, key string, timeout time.Duration) (*podResult, er
 			if r != nil && r.key == key {
 				return r, nil
 			}
-		case <-p.done:
+		case <-p.proc.Done():
 			for { // results may have been read just before the end
 				select {
 				case r := <-p.results:
@@ -193,7 +173,7 @@ func (f *Fleet) Result(i int, key string, timeout time.Duration) (*podResult, er
 				}
 				break
 			}
-			return nil, fmt.Errorf("stampede: pod %d is gone: %v", i, p.err)
+			return nil, fmt.Errorf("stampede: pod %d is gone: %v", i, p.proc.Err())
 		case <-t.C:
 			return nil, fmt.Errorf("stampede: pod %d: no result within %v", i, timeout)
 		}
@@ -211,7 +191,7 @@ func (f *Fleet) WaitLoad(i int, key string, timeout time.Duration) error {
 			if k == key {
 				return nil
 			}
-		case <-p.done:
+		case <-p.proc.Done():
 			return fmt.Errorf("stampede: pod %d is gone", i)
 		case <-t.C:
 			return fmt.Errorf("stampede: pod %d: no load of %q within %v", i, key, timeout)
@@ -221,44 +201,32 @@ func (f *Fleet) WaitLoad(i int, key string, timeout time.Duration) error {
 
 // Signal sends sig to pod i (SIGSTOP, SIGCONT).
 func (f *Fleet) Signal(i int, sig syscall.Signal) error {
-	return f.pods[i].cmd.Process.Signal(sig)
+	return f.pods[i].proc.Signal(sig)
 }
 
 // Kill ends pod i with SIGKILL and waits until it is reaped.
 func (f *Fleet) Kill(i int) error {
-	p := f.pods[i]
-	p.killed = true
-	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
+	if err := f.pods[i].proc.Kill(10 * time.Second); err != nil {
+		return fmt.Errorf("stampede: %w", err)
 	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("stampede: pod %d not reaped after SIGKILL", i)
-	}
+	return nil
 }
 
 // Close tells every pod to exit and waits for it (SIGKILL after 10
 // seconds). It returns the exit errors of pods that were not killed.
 func (f *Fleet) Close() error {
 	for _, p := range f.pods {
-		b, _ := json.Marshal(command{Op: "exit"})
-		_, _ = p.stdin.Write(append(b, '\n'))
-		_ = p.stdin.Close()
+		_ = p.proc.SendJSON(command{Op: "exit"})
+		_ = p.proc.CloseStdin()
 	}
 	var errs []error
 	for _, p := range f.pods {
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
+		err := p.proc.Close(10 * time.Second)
+		switch {
+		case errors.Is(err, podproc.ErrNotExited):
 			errs = append(errs, fmt.Errorf("stampede: pod %d did not exit: killed", p.i))
-			continue
-		}
-		if p.err != nil && !p.killed {
-			errs = append(errs, fmt.Errorf("stampede: pod %d: %w", p.i, p.err))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("stampede: pod %d: %w", p.i, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -5,8 +5,8 @@
 // evicting, its breaker open, foreign data at the lock's keys, a primary
 // failed over.
 //
-// The test binary is its own pod: TestMain runs it as one when podEnv is
-// set. Each pod builds one pipeline and speaks with the parent in JSON
+// The test binary is its own pod (internal/podproc starts, signals and
+// stops it): TestMain runs it as one when podEnv is set. Each pod builds one pipeline and speaks with the parent in JSON
 // lines: commands on its stdin (get, finish, invalidate, exit), events on
 // its stdout (ready, load, result, script, breaker, done). A load's value
 // names its key, its pod, a per-pod sequence and its start time, so the

@@ -1,10 +1,8 @@
 package crosspod_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -37,14 +35,7 @@ func (f *fleet) pod(i int) *podProc {
 }
 
 // send writes c to pod i's stdin.
-func (f *fleet) send(i int, c command) error {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return err
-	}
-	_, err = f.pod(i).stdin.Write(append(b, '\n'))
-	return err
-}
+func (f *fleet) send(i int, c command) error { return f.pod(i).proc.SendJSON(c) }
 
 // get makes n callers in pod i call GetResult(key) at once, with loads
 // behaving as ld.
@@ -129,18 +120,9 @@ func (f *fleet) invalidate(i int, key string) error {
 // when the signal was sent.
 func (f *fleet) kill(i int) time.Time {
 	f.t.Helper()
-	p := f.pod(i)
-	f.mu.Lock()
-	p.killed = true
-	f.mu.Unlock()
 	at := time.Now()
-	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		f.t.Fatalf("kill pod %d: %v", i, err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(exitBound):
-		f.t.Fatalf("pod %d not reaped %v after SIGKILL", i, exitBound)
+	if err := f.pod(i).proc.Kill(exitBound); err != nil {
+		f.t.Fatal(err)
 	}
 	return at
 }

@@ -1,17 +1,14 @@
 package crosspod_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/internal/podproc"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
@@ -62,17 +59,12 @@ type fleet struct {
 
 // podProc is the parent's handle on one pod.
 type podProc struct {
-	i      int
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	proxy  *redistest.Proxy // nil unless podSpec.Proxy
-	stderr *tailBuffer
-	done   chan struct{} // closed once stdout has ended and the process is reaped
+	i     int
+	proc  *podproc.Proc
+	proxy *redistest.Proxy // nil unless podSpec.Proxy
 
 	// Guarded by fleet.mu.
 	ready    bool
-	killed   bool
-	exitErr  error
 	results  map[int][]callResult // by call id
 	scripts  []scriptEvent
 	breakers []string // "name:from>to"
@@ -114,10 +106,6 @@ type scriptEvent struct {
 // name, and waits until each is ready. The fleet's cleanup stops them.
 func startFleet(t *testing.T, name string, tgt target, specs ...podSpec) *fleet {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fleet{t: t, name: name, changed: make(chan struct{})}
 	t.Cleanup(f.stop)
 	for i, s := range specs {
@@ -129,7 +117,7 @@ func startFleet(t *testing.T, name string, tgt target, specs ...podSpec) *fleet 
 			proxy = redistest.StartProxy(t, tgt.Addr)
 			cfg.Addr = proxy.Addr()
 		}
-		p, err := f.spawn(exe, cfg)
+		p, err := f.spawn(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,51 +148,35 @@ func startFleet(t *testing.T, name string, tgt target, specs ...podSpec) *fleet 
 	return f
 }
 
-func (f *fleet) spawn(exe string, cfg podConfig) (*podProc, error) {
-	b, err := json.Marshal(cfg)
+func (f *fleet) spawn(cfg podConfig) (*podProc, error) {
+	env, err := podproc.JSONEnv(podEnv, cfg)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), podEnv+"="+string(b))
-	cmd.SysProcAttr = sysProcAttr()
-	p := &podProc{i: cfg.Pod, cmd: cmd, stderr: &tailBuffer{}, done: make(chan struct{}),
-		results: map[int][]callResult{}, dones: map[int]string{}}
-	cmd.Stderr = p.stderr
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
+	p := &podProc{i: cfg.Pod, results: map[int][]callResult{}, dones: map[int]string{}}
+	// The pod's reader records its events, and wakes the waiters when
+	// it exits.
+	p.proc, err = podproc.StartProc(podproc.Spec{
+		Name: fmt.Sprintf("pod %d", cfg.Pod), Env: []string{env},
+		OnLine: func(line []byte) {
+			var ev event
+			if json.Unmarshal(line, &ev) == nil {
+				f.record(p, ev)
+			}
+		},
+		OnExit: func() {
+			f.mu.Lock()
+			f.notifyLocked()
+			f.mu.Unlock()
+		},
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("crosspod: start pod %d: %w", cfg.Pod, err)
 	}
 	f.mu.Lock()
 	f.pods = append(f.pods, p)
 	f.mu.Unlock()
-	// The reader ends when the pod's stdout closes (it exited or was
-	// killed); it then reaps the pod.
-	go f.read(p, stdout)
 	return p, nil
-}
-
-func (f *fleet) read(p *podProc, stdout io.Reader) {
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		var ev event
-		if json.Unmarshal(sc.Bytes(), &ev) == nil {
-			f.record(p, ev)
-		}
-	}
-	err := p.cmd.Wait()
-	f.mu.Lock()
-	p.exitErr = err
-	close(p.done)
-	f.notifyLocked()
-	f.mu.Unlock()
 }
 
 func (f *fleet) record(p *podProc, ev event) {
@@ -243,14 +215,7 @@ func (f *fleet) notifyLocked() {
 }
 
 // exited reports whether the pod's process has ended.
-func (p *podProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *podProc) exited() bool { return p.proc.Exited() }
 
 // waitFor waits up to d until cond, called with f.mu held, holds.
 func (f *fleet) waitFor(d time.Duration, cond func() bool) bool {
@@ -290,32 +255,20 @@ func (f *fleet) stop() {
 	pods := append([]*podProc(nil), f.pods...)
 	f.mu.Unlock()
 	for _, p := range pods {
-		b, _ := json.Marshal(command{Op: "exit"})
-		_, _ = p.stdin.Write(append(b, '\n'))
-		_ = p.stdin.Close()
+		_ = p.proc.SendJSON(command{Op: "exit"})
+		_ = p.proc.CloseStdin()
 	}
-	deadline := time.NewTimer(exitBound)
-	defer deadline.Stop()
+	deadline := time.Now().Add(exitBound)
 	for _, p := range pods {
-		select {
-		case <-p.done:
-			continue
-		case <-deadline.C:
-		}
-		if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			f.t.Errorf("kill pod %d: %v", p.i, err)
-		}
-		<-p.done
-		f.t.Errorf("pod %d did not exit within %v of being told to", p.i, exitBound)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, p := range pods {
-		if p.exitErr != nil && !p.killed {
-			f.t.Errorf("pod %d: %v", p.i, p.exitErr)
+		err := p.proc.Close(time.Until(deadline))
+		switch {
+		case errors.Is(err, podproc.ErrNotExited):
+			f.t.Errorf("pod %d did not exit within %v of being told to", p.i, exitBound)
+		case err != nil:
+			f.t.Errorf("pod %d: %v", p.i, err)
 		}
 	}
-	if out := f.stderrsLocked(); f.t.Failed() && out != "" {
+	if out := f.stderrs(); f.t.Failed() && out != "" {
 		f.t.Logf("pods' stderr:\n%s", out)
 	}
 }
@@ -323,37 +276,11 @@ func (f *fleet) stop() {
 func (f *fleet) stderrs() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.stderrsLocked()
-}
-
-func (f *fleet) stderrsLocked() string {
 	s := ""
 	for _, p := range f.pods {
-		if out := p.stderr.String(); out != "" || p.exitErr != nil {
-			s += fmt.Sprintf("--- pod %d (exit: %v) ---\n%s\n", p.i, p.exitErr, out)
+		if out := p.proc.Stderr(); out != "" || p.proc.Err() != nil {
+			s += fmt.Sprintf("--- pod %d (exit: %v) ---\n%s\n", p.i, p.proc.Err(), out)
 		}
 	}
 	return s
-}
-
-// tailBuffer keeps the last 32 KiB written to it.
-type tailBuffer struct {
-	mu sync.Mutex // guards b
-	b  []byte
-}
-
-func (w *tailBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if n := len(w.b) - 32<<10; n > 0 {
-		w.b = append(w.b[:0], w.b[n:]...)
-	}
-	return len(p), nil
-}
-
-func (w *tailBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.b)
 }

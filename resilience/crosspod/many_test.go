@@ -66,7 +66,7 @@ func (p *pod) getMany(c command) {
 			out := make(map[string]string, len(keys))
 			for _, k := range keys {
 				v := formatValue(k, p.cfg.Pod, seq, start)
-				p.em.emit(event{Ev: "load", Pod: p.cfg.Pod, Key: k, Value: v})
+				p.em.Emit(event{Ev: "load", Pod: p.cfg.Pod, Key: k, Value: v})
 				out[k] = v
 			}
 			t := time.NewTimer(c.Sleep)
@@ -95,9 +95,9 @@ func (p *pod) getMany(c command) {
 			case rs == nil && err != nil:
 				ev.Err = err.Error()
 			}
-			p.em.emit(ev)
+			p.em.Emit(ev)
 		}
-		p.em.emit(event{Ev: "batch", Pod: p.cfg.Pod, ID: c.ID, Value: strconv.FormatInt(trips, 10), LatencyUS: took.Microseconds()})
+		p.em.Emit(event{Ev: "batch", Pod: p.cfg.Pod, ID: c.ID, Value: strconv.FormatInt(trips, 10), LatencyUS: took.Microseconds()})
 	})
 }
 

@@ -79,7 +79,7 @@ func (p *pod) bigMany(c command) {
 		mu.Lock()
 		b, _ := json.Marshal(sum)
 		mu.Unlock()
-		p.em.emit(event{Ev: "bigmany", Pod: p.cfg.Pod, ID: c.ID, Value: string(b), LatencyUS: took.Microseconds()})
+		p.em.Emit(event{Ev: "bigmany", Pod: p.cfg.Pod, ID: c.ID, Value: string(b), LatencyUS: took.Microseconds()})
 	})
 }
 

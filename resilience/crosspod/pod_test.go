@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/podproc"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/resilience"
 )
@@ -92,18 +93,6 @@ type event struct {
 	Dups uint64 `json:"dups,omitempty"`
 }
 
-// emitter writes events from many goroutines.
-type emitter struct {
-	mu  sync.Mutex // guards enc
-	enc *json.Encoder
-}
-
-func (e *emitter) emit(ev event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_ = e.enc.Encode(ev) // a parent gone away has nothing to hear
-}
-
 // podMain runs this process as a pod configured by cfg (JSON).
 func podMain(cfg string) int {
 	var c podConfig
@@ -121,7 +110,7 @@ func podMain(cfg string) int {
 // pod is a running pod: its pipeline, its held loads, its calls.
 type pod struct {
 	cfg   podConfig
-	em    *emitter
+	em    *podproc.Writer
 	pipe  *resilience.Pipeline[string]
 	holds holds
 	seq   atomic.Int64
@@ -150,7 +139,7 @@ func newClient(cfg podConfig) redis.UniversalClient {
 // runPod builds the pod's client and pipeline, says ready, and serves
 // commands until told to exit or its stdin closes.
 func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
-	em := &emitter{enc: json.NewEncoder(out)}
+	em := podproc.NewWriter(out)
 	client := newClient(cfg)
 	defer client.Close()
 	if !cfg.Quiet {
@@ -174,7 +163,7 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 		RedisOptions(resilience.RedisOptions{OpTimeout: cfg.OpTimeout, Breaker: breaker.Settings{OpenTimeout: cfg.BreakerOpen}}).
 		Lock(cfg.Lock.settings()).
 		OnBreakerChange(func(name string, from, to breaker.State) {
-			em.emit(event{Ev: "breaker", Pod: cfg.Pod, Cmd: name, Value: from.String() + ">" + to.String()})
+			em.Emit(event{Ev: "breaker", Pod: cfg.Pod, Cmd: name, Value: from.String() + ">" + to.String()})
 		})
 	if cfg.LoadTimeout > 0 {
 		b = b.Timeout(cfg.LoadTimeout).FlightTimeout(callTimeout)
@@ -194,7 +183,7 @@ func runPod(cfg podConfig, in io.Reader, out io.Writer) error {
 		p.waitCalls()
 		_ = pipe.Close()
 	}()
-	em.emit(event{Ev: "ready", Pod: cfg.Pod})
+	em.Emit(event{Ev: "ready", Pod: cfg.Pod})
 
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
@@ -241,7 +230,7 @@ func (p *pod) get(c command) {
 			if err != nil {
 				ev.Err = err.Error()
 			}
-			p.em.emit(ev)
+			p.em.Emit(ev)
 		})
 	}
 }
@@ -254,7 +243,7 @@ func (p *pod) loader(c command) resilience.LoadFunc[string] {
 	return func(ctx context.Context, key string) (string, error) {
 		start := time.Now()
 		v := formatValue(key, p.cfg.Pod, p.seq.Add(1), start)
-		p.em.emit(event{Ev: "load", Pod: p.cfg.Pod, Key: key, Value: v})
+		p.em.Emit(event{Ev: "load", Pod: p.cfg.Pod, Key: key, Value: v})
 		if c.Hold {
 			if err := p.holds.wait(ctx, key); err != nil {
 				return "", err
@@ -279,7 +268,7 @@ func (p *pod) invalidate(c command) {
 	if err := p.pipe.Invalidate(ctx, c.Key); err != nil {
 		ev.Err = err.Error()
 	}
-	p.em.emit(ev)
+	p.em.Emit(ev)
 }
 
 // waitCalls waits for the calls in flight, at most exitGrace.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdguard/herdguard/internal/podproc"
 )
 
 // holds keeps held loads waiting until the parent finishes their key.
@@ -82,7 +84,7 @@ func (h *holds) finishAll() {
 // its error, after Redis answered. The parent orders its faults on these:
 // "pod 2 has tried the lock" is the end of pod 2's first script on the key.
 type scriptHook struct {
-	em  *emitter
+	em  *podproc.Writer
 	pod int
 }
 
@@ -119,7 +121,7 @@ func (h *scriptHook) report(cmd redis.Cmder, err error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		ev.Err = err.Error()
 	}
-	h.em.emit(ev)
+	h.em.Emit(ev)
 }
 
 // firstKey returns the first key of EVAL-like arguments: name, script or

@@ -39,11 +39,11 @@ func (p *pod) writeOp(c command) bool {
 		if err != nil {
 			ev.Err = err.Error()
 		}
-		p.em.emit(ev)
+		p.em.Emit(ev)
 	case "watch":
 		p.calls.Go(func() { p.watch(c) })
 	case "stats":
-		p.em.emit(event{Ev: "stats", Pod: p.cfg.Pod, ID: c.ID, Dups: p.pipe.Stats().DuplicateLoads})
+		p.em.Emit(event{Ev: "stats", Pod: p.cfg.Pod, ID: c.ID, Dups: p.pipe.Stats().DuplicateLoads})
 	case "peek":
 		v, found, err := p.pipe.Peek(p.ctx, c.Key)
 		ev := event{Ev: "peeked", Pod: p.cfg.Pod, ID: c.ID, Key: c.Key}
@@ -53,7 +53,7 @@ func (p *pod) writeOp(c command) bool {
 		if err != nil {
 			ev.Err = err.Error()
 		}
-		p.em.emit(ev)
+		p.em.Emit(ev)
 	default:
 		return false
 	}
@@ -67,11 +67,11 @@ func (p *pod) watch(c command) {
 	}
 	for i, k := range c.Keys {
 		if !holds(i) {
-			p.em.emit(event{Ev: "watching", Pod: p.cfg.Pod, ID: c.ID, Key: k, Err: "does not hold its old value"})
+			p.em.Emit(event{Ev: "watching", Pod: p.cfg.Pod, ID: c.ID, Key: k, Err: "does not hold its old value"})
 			return
 		}
 	}
-	p.em.emit(event{Ev: "watching", Pod: p.cfg.Pod, ID: c.ID})
+	p.em.Emit(event{Ev: "watching", Pod: p.cfg.Pod, ID: c.ID})
 	left := make(map[int]bool, len(c.Keys))
 	for i := range c.Keys {
 		left[i] = true
@@ -80,13 +80,13 @@ func (p *pod) watch(c command) {
 	for len(left) > 0 && time.Now().Before(deadline) && p.ctx.Err() == nil {
 		for i := range left {
 			if !holds(i) {
-				p.em.emit(event{Ev: "gone", Pod: p.cfg.Pod, ID: c.ID, Key: c.Keys[i], AtNS: time.Now().UnixNano()})
+				p.em.Emit(event{Ev: "gone", Pod: p.cfg.Pod, ID: c.ID, Key: c.Keys[i], AtNS: time.Now().UnixNano()})
 				delete(left, i)
 			}
 		}
 		time.Sleep(watchPoll)
 	}
 	for i := range left {
-		p.em.emit(event{Ev: "gone", Pod: p.cfg.Pod, ID: c.ID, Key: c.Keys[i], Err: "still served after a minute"})
+		p.em.Emit(event{Ev: "gone", Pod: p.cfg.Pod, ID: c.ID, Key: c.Keys[i], Err: "still served after a minute"})
 	}
 }
