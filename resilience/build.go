@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -229,4 +231,68 @@ func safeDefault[V any](fn func(context.Context, string, error) (V, error)) func
 		defer recoverPanic("default", &err)
 		return fn(ctx, key, cause)
 	}
+}
+
+// Pipeline runs calls through the stages its [Builder] configured. It is
+// safe for concurrent use. Close it when done to stop its background work.
+type Pipeline[V any] struct {
+	name      string
+	keyless   bool
+	keyStages bool
+
+	l1         *cache.Memory[V]
+	l2         l2Store[V]  // *cache.Redis or a backend's; nil without either
+	redisGuard *redisGuard // Redis's or the backend's breaker and timeout; nil without either
+	group      *flightGroup[V]
+
+	locker   lock.Locker
+	notifier lock.Notifier
+	// co is the coordination seam (coord.go): Redis's, a backend's, or
+	// with Lock alone the embedded default's; nil without L2 and lock.
+	co      coord[V]
+	lockCfg LockSettings
+
+	br        *breaker.Breaker
+	retry     *RetrySettings
+	fb        fallback.Chain[V]
+	isFailure func(error) bool
+	tel       *obs.Telemetry
+	logs      logs
+
+	ttl, l1TTL, negTTL, grace time.Duration
+	jitter                    float64
+	swr                       bool
+	beta                      float64
+	timeout, callTimeout      time.Duration
+	flightTimeout             time.Duration
+
+	closers []func() error
+	bg      tasks // shared loads and refreshes; Close waits for them
+	// refreshing holds the keys with a background refresh under way.
+	refreshing sync.Map
+	closed     atomic.Bool
+	stats      stats
+	closeOnce  sync.Once // Close's work; concurrent callers wait for it
+	closeErr   error
+
+	writes writes[V] // Set, Invalidate, Clone: see write.go
+}
+
+// Close stops the pipeline's background work (shared loads still under way,
+// refreshes, the Redis subscription) and waits for it, and for calls that
+// are loading; FlightTimeout bounds the wait. Every Close, concurrent ones
+// too, returns once that is done, with the first one's result. Calls after
+// Close return [ErrClosed]. Close does not close the Redis client, which
+// the caller owns.
+func (p *Pipeline[V]) Close() error {
+	p.closeOnce.Do(func() {
+		p.closed.Store(true)
+		p.bg.close()
+		var errs []error
+		for _, c := range p.closers {
+			errs = append(errs, c())
+		}
+		p.closeErr = errors.Join(errs...)
+	})
+	return p.closeErr
 }

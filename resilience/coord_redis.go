@@ -3,15 +3,19 @@ package resilience
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/presence"
+	"github.com/herdguard/herdguard/internal/redisbatch"
+	"github.com/herdguard/herdguard/internal/slotreload"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
+	"github.com/redis/go-redis/v9"
 )
 
 // redisCoord is the coordination seam over Redis: its looks read the
@@ -23,44 +27,7 @@ type redisCoord[V any] struct {
 	n  *lock.RedisNotifier
 	rl *lock.Redis // nil without Lock
 	// found says whether the looks of late found their value.
-	found presence
-}
-
-// presence says whether the looks of late mostly found a fresh value, as
-// on a pod that starts beside others that keep Redis warm: a saturating
-// count that a look that found its value raises by one and one that did
-// not lowers by presenceMiss. It climbs while more than three looks in
-// four find their value and sinks to zero otherwise; a run of cold keys
-// brings a full count below presenceOn within a dozen looks. At either
-// end a look writes nothing.
-type presence struct {
-	_ [64]byte // a line of its own: every L2 look reads it
-	n atomic.Int32
-	_ [60]byte
-}
-
-const (
-	presenceMax  = 64
-	presenceOn   = presenceMax / 2
-	presenceMiss = 3
-)
-
-// likely reports whether the looks of late mostly found their value.
-func (c *presence) likely() bool { return c.n.Load() >= presenceOn }
-
-// saw counts a look that found its value, or not.
-func (c *presence) saw(found bool) {
-	for {
-		old := c.n.Load()
-		n := old + 1
-		if !found {
-			n = old - presenceMiss
-		}
-		n = min(max(n, 0), presenceMax)
-		if n == old || c.n.CompareAndSwap(old, n) {
-			return
-		}
-	}
+	found presence.Count
 }
 
 var _ coord[int] = (*redisCoord[int])(nil)
@@ -80,19 +47,19 @@ func (c *redisCoord[V]) read(ctx context.Context, key string) (cache.Entry[V], c
 func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool, w want) (look[V], error) {
 	p := c.p
 	counts := !likely && !w.refresh // an unbiased look: c.found counts it
-	if likely || counts && c.found.likely() {
+	if likely || counts && c.found.Likely() {
 		e, f, err := p.l2Get(ctx, key)
 		switch {
 		case err != nil:
 			return look[V]{}, err
 		case w.takes(&e.Written, f):
 			if counts {
-				c.found.saw(true)
+				c.found.Saw(true)
 			}
 			return look[V]{e: e, f: f}, nil
 		}
 		if counts {
-			c.found.saw(false)
+			c.found.Saw(false)
 			counts = false // counted: the script below is not
 		}
 	}
@@ -122,7 +89,7 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool,
 		}
 	}
 	if counts && (err == nil || errors.Is(err, lock.ErrNotAcquired)) {
-		c.found.saw(err == nil && lk.lease == nil)
+		c.found.Saw(err == nil && lk.lease == nil)
 	}
 	if sp != nil {
 		sp.SetAttributes(telemetry.Hit.Bool(lk.f == cache.Fresh), telemetry.Freshness.String(lk.f.String()))
@@ -242,3 +209,159 @@ func (c *redisCoord[V]) l2Attrs(redisOp, _ string, more ...attribute.KeyValue) [
 }
 
 func (c *redisCoord[V]) failReason() string { return "redis_error" }
+
+// redisGuard bounds the pipeline's Redis operations: a breaker that opens
+// on a failure rate, and the operation timeout, which the batcher that
+// carries the commands (package internal/redisbatch) applies from when
+// their round trip starts, so that it measures Redis and never the time a
+// burst's commands spent waiting for their batch. Operations run on the caller's goroutine.
+//
+// The same guard bounds the operations on a [Backend], whose calls carry
+// no batcher: deadline says so, and each operation then runs under
+// context.WithTimeout(opTimeout).
+type redisGuard struct {
+	br        *breaker.Breaker
+	opTimeout time.Duration
+	deadline  bool
+	check     checkTarget          // what Check looks at
+	slots     *slotreload.Reloader // a Cluster client's slot map reload; nil otherwise
+}
+
+// guard runs one Redis operation through g. A nil g (the embedded
+// default, no Redis) runs op as it is. The operation's error is classified
+// once, by [classify]: only infrastructure failures count against the
+// breaker; a per-key data problem or a caller's cancellation does not.
+func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (T, error)) (T, error) {
+	if g == nil {
+		return op(ctx)
+	}
+	var v T
+	var err error
+	ran := false
+	refused := g.br.Execute(func() error {
+		ran = true
+		if g.deadline {
+			// The deadline bounds any backend as it is; one that counts
+			// the timeout from when its request is sent, not while it
+			// waits for its own pool, takes the caller's context and
+			// the timeout back with BackendBudget.
+			bctx := context.WithValue(ctx, backendBudgetKey{}, &backendBudget{caller: ctx, timeout: g.opTimeout})
+			octx, cancel := context.WithTimeout(bctx, g.opTimeout)
+			v, err = op(octx)
+			cancel()
+		} else if _, ok := ctx.Deadline(); ok {
+			// The timeout travels with the command into its batch (see
+			// batcher), which starts counting it when the round trip
+			// does, in place of what is left of ctx's deadline.
+			v, err = op(redisbatch.WithBudget(ctx, &g.opTimeout))
+		} else {
+			// Without a deadline, the batcher gives the command its own
+			// timeout, which is the operation timeout.
+			v, err = op(ctx)
+		}
+		switch classify(ctx, err) {
+		case errInfra:
+			g.slots.Failed()
+			return err
+		case errCanceled:
+			return breaker.Ignore
+		}
+		return nil // a reply: Redis answered
+	})
+	if !ran {
+		g.slots.Failed()
+		var zero T
+		return zero, refused
+	}
+	return v, err
+}
+
+// errClass is what an error means to the pipeline; [classify] decides it,
+// in one place, for every error a stage meets.
+type errClass uint8
+
+const (
+	// errNone: no error, or an answer rather than a failure (another
+	// holder has the lock, a write refused by a newer fence, a lease found
+	// lost).
+	errNone errClass = iota
+	// errCanceled: the caller's (or the shared load's) own context ended.
+	// Counts nowhere.
+	errCanceled
+	// errData: a problem with one key's data: bytes or types that this
+	// package did not write, a value the codec cannot encode, an error
+	// reply about one key. The key is treated as a miss and counted; the
+	// Redis breaker never hears of it, so one bad key cannot make every
+	// other key fail open.
+	errData
+	// errInfra: Redis or the path to it failed (connection refused or
+	// broken, no reply in time, a server not ready to serve). Counts
+	// against the Redis breaker; the call fails open.
+	errInfra
+	// errRefused: the Redis breaker is open; the operation did not run.
+	errRefused
+)
+
+// infraReplies are the Redis error replies that say the server, not the
+// key, is in trouble.
+var infraReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY",
+	"NOAUTH", "NOPERM", "WRONGPASS", "OOM", "MISCONF", "NOREPLICAS", "UNBLOCKED", "ERR max number of clients"}
+
+// classify decides what err from a Redis operation run under ctx means.
+// Loader errors are not classified here: they go to the loader's breaker
+// and the fallback chain (see [Builder.IsFailure]).
+func classify(ctx context.Context, err error) errClass {
+	switch {
+	case err == nil, errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrNotHeld),
+		errors.Is(err, cache.ErrExpiredEntry), errors.Is(err, cache.ErrLockLost):
+		return errNone
+	case isBreakerRefusal(err):
+		return errRefused
+	case ctx.Err() != nil:
+		return errCanceled
+	case errors.Is(err, cache.ErrCodec):
+		return errData
+	}
+	return classifyReply(err)
+}
+
+// classifyReply is classify for an error that may be a Redis error reply;
+// apart, so that the call without an error allocates nothing.
+func classifyReply(err error) errClass {
+	var re redis.Error
+	if errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) {
+		if isDenied(err) { // the ACL refused a command inside a script
+			return errInfra
+		}
+		for _, prefix := range infraReplies {
+			if redis.HasErrorPrefix(re, prefix) {
+				return errInfra
+			}
+		}
+		return errData
+	}
+	return errInfra
+}
+
+// watchWrites makes the pipeline's subscription drop L1 entries that other
+// processes Set or Invalidate, and every L1 entry whenever the
+// subscription is (re-)established: announcements published while it was
+// down are lost.
+func (p *Pipeline[V]) watchWrites(n *lock.RedisNotifier) {
+	p.writes.origin = newOrigin()
+	n.SetHooks(lock.NotifierHooks{
+		OnWrite: func(w lock.Write) {
+			if w.Origin != p.writes.origin {
+				p.dropLocal(w.Key)
+			}
+		},
+		OnSubscribed: func(n int) {
+			// The first confirmation ends the start-up window (see
+			// Invalidate); the ones after it follow a lost connection.
+			if n > 1 {
+				p.dropAllLocal()
+				p.writes.resubscribed.Add(1)
+			}
+		},
+	})
+}

@@ -1,18 +1,14 @@
 package resilience
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/timeout"
-	"github.com/herdguard/herdguard/lock"
 )
 
 var (
@@ -74,16 +70,6 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("resilience: %s panicked: %v", stage, e.Value)
 }
 
-// recoverPanic, deferred, turns a panic of the named stage into a
-// [*PanicError] in *err. It is the pipeline's one recoverer: the stages
-// that run user code (the loader, the default) defer it, and so does
-// callHook, for the user's hooks.
-func recoverPanic(stage string, err *error) {
-	if v := recover(); v != nil {
-		*err = panicked(stage, v)
-	}
-}
-
 // callHook calls fn, which runs a user's hook (IsFailure, Retryable, a
 // breaker's OnStateChange), and returns its panic as a [*PanicError] of
 // stage, or nil. The caller decides what a panicking hook means; the
@@ -117,73 +103,6 @@ func (e *PanicError) Unwrap() error {
 // ran out of its own deadline, after: it matches [ErrTimeout] and cause.
 func timedOut(what string, after time.Duration, cause error) error {
 	return &timeout.Error{What: "resilience: " + what, After: after, Kind: ErrTimeout, Cause: cause}
-}
-
-// errClass is what an error means to the pipeline; [classify] decides it,
-// in one place, for every error a stage meets.
-type errClass uint8
-
-const (
-	// errNone: no error, or an answer rather than a failure (another
-	// holder has the lock, a write refused by a newer fence, a lease found
-	// lost).
-	errNone errClass = iota
-	// errCanceled: the caller's (or the shared load's) own context ended.
-	// Counts nowhere.
-	errCanceled
-	// errData: a problem with one key's data: bytes or types that this
-	// package did not write, a value the codec cannot encode, an error
-	// reply about one key. The key is treated as a miss and counted; the
-	// Redis breaker never hears of it, so one bad key cannot make every
-	// other key fail open.
-	errData
-	// errInfra: Redis or the path to it failed (connection refused or
-	// broken, no reply in time, a server not ready to serve). Counts
-	// against the Redis breaker; the call fails open.
-	errInfra
-	// errRefused: the Redis breaker is open; the operation did not run.
-	errRefused
-)
-
-// infraReplies are the Redis error replies that say the server, not the
-// key, is in trouble.
-var infraReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY",
-	"NOAUTH", "NOPERM", "WRONGPASS", "OOM", "MISCONF", "NOREPLICAS", "UNBLOCKED", "ERR max number of clients"}
-
-// classify decides what err from a Redis operation run under ctx means.
-// Loader errors are not classified here: they go to the loader's breaker
-// and the fallback chain (see [Builder.IsFailure]).
-func classify(ctx context.Context, err error) errClass {
-	switch {
-	case err == nil, errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrNotHeld),
-		errors.Is(err, cache.ErrExpiredEntry), errors.Is(err, cache.ErrLockLost):
-		return errNone
-	case isBreakerRefusal(err):
-		return errRefused
-	case ctx.Err() != nil:
-		return errCanceled
-	case errors.Is(err, cache.ErrCodec):
-		return errData
-	}
-	return classifyReply(err)
-}
-
-// classifyReply is classify for an error that may be a Redis error reply;
-// apart, so that the call without an error allocates nothing.
-func classifyReply(err error) errClass {
-	var re redis.Error
-	if errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) {
-		if isDenied(err) { // the ACL refused a command inside a script
-			return errInfra
-		}
-		for _, prefix := range infraReplies {
-			if redis.HasErrorPrefix(re, prefix) {
-				return errInfra
-			}
-		}
-		return errData
-	}
-	return errInfra
 }
 
 func wrongCall(name, why string) error {

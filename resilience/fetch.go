@@ -3,7 +3,10 @@ package resilience
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -267,7 +270,110 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 	return outs
 }
 
-// GetManyChunk is how many missed keys [Pipeline.GetMany] takes through
-// Redis (or a backend) and its loader at a time: a call of more keys runs
-// chunk after chunk, with one loader call each.
-const GetManyChunk = 4096
+// fillL1 copies an entry read from L2 into L1, keeping L1's TTL no longer
+// than L1TTL, unless key was written or dropped since o's load began.
+func (p *Pipeline[V]) fillL1(key string, e cache.Entry[V], o *outcome[V]) {
+	if p.l1 == nil {
+		return
+	}
+	if limit := time.Now().Add(p.l1TTL); e.Expires.After(limit) {
+		e.Expires = limit
+		if e.StaleUntil.Before(limit) {
+			e.StaleUntil = limit
+		}
+	}
+	p.fillIfCurrent(key, e, o.gen)
+}
+
+// fillIfCurrent puts e in L1 unless key was written or dropped since the
+// load that produced it began (stamp).
+func (p *Pipeline[V]) fillIfCurrent(key string, e cache.Entry[V], stamp uint64) {
+	p.writes.gens.fill(key, stamp, func() { p.l1.Set(key, e) })
+}
+
+// genSlots is how many write generations a pipeline keeps. Keys share
+// them by hash: a write to one key also stops, at worst, the L1 fill of a
+// load of another key in flight at that moment, which then reads L2 next
+// time.
+const genSlots = 1024
+
+var genSeed = maphash.MakeSeed()
+
+// gens orders L1 fills against writes: a load takes a stamp when it
+// begins, and its fill is skipped if a write (Set, Invalidate, a drop
+// heard from another process) touched the key's slot, or every key,
+// after that. The check and the fill happen under the slot's mutex, as do
+// a write and its own L1 change, so neither can slip between the other's
+// steps.
+type gens struct {
+	seq   atomic.Uint64
+	slots [genSlots]genSlot
+	// all is seq at the last write to every key; written with every
+	// slot's mutex held, read with one.
+	all uint64
+}
+
+type genSlot struct {
+	mu   sync.Mutex
+	last uint64 // seq at the slot's last write
+}
+
+// stamp is taken when a load begins.
+func (g *gens) stamp() uint64 { return g.seq.Load() }
+
+func (g *gens) slot(key string) *genSlot {
+	return &g.slots[maphash.String(genSeed, key)%genSlots]
+}
+
+// fill runs fn (an L1 fill) unless key was written since stamp.
+func (g *gens) fill(key string, stamp uint64, fn func()) {
+	s := g.slot(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last <= stamp && g.all <= stamp {
+		fn()
+	}
+}
+
+// recoverPanic, deferred, turns a panic of the named stage into a
+// [*PanicError] in *err. It is the pipeline's one recoverer: the stages
+// that run user code (the loader, the default) defer it, and so does
+// callHook, for the user's hooks.
+func recoverPanic(stage string, err *error) {
+	if v := recover(); v != nil {
+		*err = panicked(stage, v)
+	}
+}
+
+// fenceKey is the context key of the fences of a locked load.
+type fenceKey struct{}
+
+// loadFences are the fences of one load: of key, or of each key of many.
+type loadFences struct {
+	key   string
+	fence int64
+	many  map[string]int64
+}
+
+// withFence is ctx for a load of key under a grant of fence.
+func withFence(ctx context.Context, key string, fence int64) context.Context {
+	return context.WithValue(ctx, fenceKey{}, &loadFences{key: key, fence: fence})
+}
+
+// withFences is ctx for a batch load: the fences of its keys under a
+// lease; none, ctx as it is.
+func withFences(ctx context.Context, items []*loadItem) context.Context {
+	var many map[string]int64
+	for _, it := range items {
+		if it.lease != nil && it.failOpen == nil {
+			if many == nil {
+				many = make(map[string]int64)
+			}
+			many[it.key] = it.lease.Fence()
+		}
+	}
+	if many == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, fenceKey{}, &loadFences{many: many})
+}

@@ -3,6 +3,8 @@ package resilience
 import (
 	"context"
 	"errors"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -243,5 +245,136 @@ func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load Lo
 			outs[k] = &keyOut[V]{o: &outcome[V]{}, err: ErrClosed}
 		}
 		deliver(outs)
+	}
+}
+
+// launching says how launch runs a piece of background work: the
+// differences between its callers (a shared load, a refresh, a release).
+type launching struct {
+	// timeout is the work's own deadline, from its launch.
+	timeout time.Duration
+	// inline runs the work on the caller's goroutine, which waits for it:
+	// for a caller whose context cannot end, which never leaves early.
+	inline bool
+	// anyway runs the work even once the pipeline is closing, at once on
+	// the caller's goroutine and uncounted: a release, which must not be
+	// left behind.
+	anyway bool
+	// first runs on the caller's goroutine, on the work's context, before
+	// the work starts: a lease's watchdog, which must not wait for the
+	// work's goroutine to be scheduled.
+	first func(context.Context)
+}
+
+// launch runs fn as background work: on ctx's values (its span) without
+// its cancellation, so that it outlives a caller who leaves, under a
+// deadline of its own, on a goroutine of its own, counted in p.bg: Close
+// waits for it. It is the only place that starts background work. (A
+// caller that runs a load on its own goroutine and context, fetchAlone or
+// missMany, counts it in p.bg itself.) Once the pipeline is closing it
+// runs nothing and returns false, unless how.anyway.
+func (p *Pipeline[V]) launch(ctx context.Context, how launching, fn func(context.Context)) bool {
+	counted := p.bg.add()
+	if !counted && !how.anyway {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), how.timeout)
+	if how.first != nil {
+		how.first(ctx)
+	}
+	run := func() {
+		defer cancel()
+		// No caller is left to hear a panic of background work (a
+		// backend's, in a release): it is logged, and the process goes
+		// on. The stages recover their own users' panics before this.
+		defer func() {
+			if v := recover(); v != nil {
+				p.logs.panicked(ctx, panicked("pipeline", v))
+			}
+		}()
+		fn(ctx)
+	}
+	if how.inline || !counted {
+		if counted {
+			defer p.bg.done()
+		}
+		run()
+		return true
+	}
+	go func() {
+		defer p.bg.done()
+		run()
+	}()
+	return true
+}
+
+// tasks counts a pipeline's background work (shared loads, refreshes,
+// releases) so that Close can wait for it. Unlike a bare WaitGroup, it
+// refuses new work once closing has begun, so Add never races with Wait.
+type tasks struct {
+	mu     sync.Mutex // guards closed, and orders add against close
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// add counts one task; it returns false once close has begun.
+func (t *tasks) add() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	return true
+}
+
+func (t *tasks) done() { t.wg.Done() }
+
+// close refuses new tasks and waits for the running ones.
+func (t *tasks) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// outcome is what a shared load hands every caller that joined it.
+type outcome[V any] struct {
+	res      Result[V]
+	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
+	hasStale bool
+	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
+	// refresh is set for a background refresh: a fresh entry serves it
+	// only if written after after, the write time of the entry that
+	// triggered it (a refresh by another process, say).
+	refresh bool
+	after   time.Time
+	// gen is the write generation when the load began: its L1 fill is
+	// skipped if key was written or dropped since (gens, in fetch.go).
+	gen uint64
+}
+
+// accepts reports whether e, found with freshness f, answers the load o
+// is for. A refresh takes only an entry written clearly after the one
+// that called for it: L1 keeps write times on its monotonic clock and
+// gives them back on the wall clock, a few microseconds off either way,
+// so the same write read back from L2 must not pass for a newer one.
+func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
+	return o.want().takes(&e.Written, f)
+}
+
+// want is what a look for o takes.
+func (o *outcome[V]) want() want { return want{refresh: o.refresh, after: o.after} }
+
+// writtenSlack is how much later than a refresh's entry another entry must
+// have been written to count as newer.
+const writtenSlack = time.Millisecond
+
+// failOpen marks the outcome as having gone on without Redis because of
+// err.
+func (o *outcome[V]) failOpen(err error) {
+	o.res.FailedOpen = true
+	if o.res.FailOpenCause == nil {
+		o.res.FailOpenCause = err
 	}
 }

@@ -1,34 +1,38 @@
 // A call, file by file, in the order it meets them:
 //
-//	get.go       Get, GetResult: the checks, the call and its end (a batch's too), a miss
-//	l1.go        the in-process cache (L1): lookup, fill
+//	get.go       Get, GetResult: the checks, the L1 lookup, the call and its
+//	             end (a batch's too), a miss, the call's counts
 //	refresh.go   early refresh of a hot key, background refresh, Refresh
-//	flight.go    the local single-flight: join a key's load, or lead it
-//	fetch.go     the leader's look (L1 again, then L2 through the seam), then the rest
+//	flight.go    the local single-flight: join a key's load, or lead it; the
+//	             one launch of background work; what a shared load hands
+//	             its callers
+//	fetch.go     the leader's look (L1 again, then L2 through the seam), then
+//	             the rest; the L1 fill and its write generations; the fences;
+//	             the one recoverer of panics
 //	l2.go        L2 reads, the write-back (the commit under a grant)
 //	lock.go      the lock stage: the winner holds and loads; the watchdog
 //	wait.go      the wait loop for the values others hold: a key's, a batch's
 //	loader.go    the loader call and its store, for a key and a batch:
-//	             breaker, timeout, SetTTL (retry.go: retry)
+//	             breaker, timeout, SetTTL, the load counts (retry.go: retry)
 //	fallback.go  the fallback chain: stale copy, default, error
 //	result.go    what a call returns
-//	outcome.go   what a shared load hands its callers, what a loader's error means to the stages after it
-//	errors.go    every error type and how Redis errors are classified
+//	outcome.go   what a loader's error means to the stages after it
+//	errors.go    every error type
 //
 // The stages ask the coordination seam (coord.go) for the look that also
 // tries the lock, the commit, releases, extensions and announcements; its
-// adapters are coord_redis.go (Redis), coord_backend.go (any Backend) and
-// coord_memory.go (the embedded default). GetMany (many.go: its entry and
-// the settling of each key) takes the same files: each stage's batch form
-// sits beside its single-key form. launch.go starts every piece of
-// background work (a shared load, a refresh, a release) and counts it for
-// Close.
+// adapters are coord_redis.go (Redis, with its breaker guard, the
+// classifier of Redis errors and the subscription's hooks),
+// coord_backend.go (any Backend) and coord_memory.go (the embedded
+// default). GetMany (many.go: its entry and the settling of each key)
+// takes the same files: each stage's batch form sits beside its
+// single-key form.
 //
-// Around them: redisguard.go (the Redis breaker, wiring), backend.go and
+// Around them: redisguard.go (the Redis breaker's wiring), backend.go and
 // backendwire.go (a Backend in place of Redis, its wiring), builder.go,
 // settings.go and build.go (Builder, the settings and their defaults,
-// Build), do.go (Do), write.go (Set, Invalidate), fence.go (Fence),
-// peek.go, stats.go, health.go, logs.go.
+// Build, the Pipeline and its Close), do.go (Do), write.go (Set,
+// Invalidate), fence.go (Fence), peek.go, stats.go, health.go, logs.go.
 //
 // `go run scripts/coldpath.go` lists the files a cold Get with Redis and
 // Lock runs, measured by coverage.
@@ -37,78 +41,26 @@
 // own: internal/flight (the group of flights that the single-flight stage
 // leads and joins), internal/redisbatch (the Redis commands of a moment
 // sent in batches), internal/slotreload (a Cluster client's slot map
-// reloaded when Redis operations fail) and internal/aclcheck (what
-// check.go's Check asks Redis's ACL).
+// reloaded when Redis operations fail), internal/presence (whether the
+// looks of late found their value) and internal/aclcheck (what check.go's
+// Check asks Redis's ACL).
 
 package resilience
 
 import (
 	"context"
-	"errors"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/fallback"
-	"github.com/herdguard/herdguard/internal/obs"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
 // LoadFunc loads the value of key: the expensive call the pipeline guards.
 // It should honour ctx. Returning [ErrNotFound] says the key has no value.
 type LoadFunc[V any] func(ctx context.Context, key string) (V, error)
-
-// Pipeline runs calls through the stages its [Builder] configured. It is
-// safe for concurrent use. Close it when done to stop its background work.
-type Pipeline[V any] struct {
-	name      string
-	keyless   bool
-	keyStages bool
-
-	l1         *cache.Memory[V]
-	l2         l2Store[V]  // *cache.Redis or a backend's; nil without either
-	redisGuard *redisGuard // Redis's or the backend's breaker and timeout; nil without either
-	group      *flightGroup[V]
-
-	locker   lock.Locker
-	notifier lock.Notifier
-	// co is the coordination seam (coord.go): Redis's, a backend's, or
-	// with Lock alone the embedded default's; nil without L2 and lock.
-	co      coord[V]
-	lockCfg LockSettings
-
-	br        *breaker.Breaker
-	retry     *RetrySettings
-	fb        fallback.Chain[V]
-	isFailure func(error) bool
-	tel       *obs.Telemetry
-	logs      logs
-
-	ttl, l1TTL, negTTL, grace time.Duration
-	jitter                    float64
-	swr                       bool
-	beta                      float64
-	timeout, callTimeout      time.Duration
-	flightTimeout             time.Duration
-
-	closers []func() error
-	bg      tasks // shared loads and refreshes; Close waits for them
-	// refreshing holds the keys with a background refresh under way.
-	refreshing sync.Map
-	closed     atomic.Bool
-	stats      stats
-	closeOnce  sync.Once // Close's work; concurrent callers wait for it
-	closeErr   error
-
-	writes writes[V] // Set, Invalidate, Clone: see write.go
-}
 
 // Name returns the pipeline's name.
 func (p *Pipeline[V]) Name() string { return p.name }
@@ -298,25 +250,6 @@ func fromHit[V any](h cache.Hit[V]) (Result[V], error) {
 	return Result[V]{Value: h.Value(), Source: SourceL1}, nil
 }
 
-// Close stops the pipeline's background work (shared loads still under way,
-// refreshes, the Redis subscription) and waits for it, and for calls that
-// are loading; FlightTimeout bounds the wait. Every Close, concurrent ones
-// too, returns once that is done, with the first one's result. Calls after
-// Close return [ErrClosed]. Close does not close the Redis client, which
-// the caller owns.
-func (p *Pipeline[V]) Close() error {
-	p.closeOnce.Do(func() {
-		p.closed.Store(true)
-		p.bg.close()
-		var errs []error
-		for _, c := range p.closers {
-			errs = append(errs, c())
-		}
-		p.closeErr = errors.Join(errs...)
-	})
-	return p.closeErr
-}
-
 // miss handles a call the in-process cache could not answer: one shared
 // load per key, then the fallback chain for whoever it failed. stale is
 // what L1 held for key, if anything (hasStale).
@@ -361,4 +294,92 @@ func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V],
 	r, err := p.fallBack(ctx, key, err, stale.Value, hasStale, o.res.FailedOpen, spanned)
 	r.FailOpenCause = o.res.FailOpenCause
 	return r, err
+}
+
+// lookup is a call's one L1 read (a pipeline without L1 always misses).
+// It reports done when the fresh entry it found answers the call with
+// nothing more to record than a count: no span, since tracing is off or
+// the caller's span is not sampled (see [telemetry.Config.HitSpans]).
+// Otherwise [Pipeline.call] goes on from what it found. It allocates
+// nothing on a hit.
+func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) (cache.Hit[V], cache.Freshness, bool) {
+	if p.l1 == nil {
+		return cache.Hit[V]{}, cache.Miss, false
+	}
+	h, f := p.l1.Find(key)
+	if f != cache.Fresh {
+		return h, f, false
+	}
+	if p.beta > 0 && p.refreshEarly(h) {
+		p.refreshAsync(ctx, key, load, h.Written())
+	}
+	if p.tel.Tracing() && p.tel.HitSpans(ctx) {
+		return h, f, false
+	}
+	p.stats.l1Hit()
+	return h, f, true
+}
+
+// cloned applies Clone to a result's value.
+func (p *Pipeline[V]) cloned(r Result[V], err error) (Result[V], error) {
+	if c := p.writes.clone; c != nil && err == nil {
+		r.Value = c(r.Value)
+	}
+	return r, err
+}
+
+// countCall counts in s a call that returns r and err, unless
+// [Pipeline.lookup] counted it.
+func countCall[V any](s *stats, r *Result[V], err error) {
+	switch {
+	case r.Source == SourceL1:
+		s.l1Hit()
+	case int(r.Source) >= len(s.bySource):
+	default:
+		s.bySource[r.Source].Add(1)
+		if r.FailedOpen {
+			s.openBySource[r.Source].Add(1)
+		}
+		if r.Source == SourceNone && err != nil && !r.NotFound {
+			s.errors.Add(1)
+		}
+	}
+	if r.NotFound {
+		s.notFound.Add(1)
+	}
+	if r.Cause != nil {
+		s.fallbacks.Add(1)
+	}
+	if r.FailedOpen {
+		s.failedOpen.Add(1)
+	}
+}
+
+// countLoad counts the load about to begin under g (nil: unlocked) as a
+// duplicate when it is one: under a grant that took the lock over, or
+// failed open with Lock on. A load under a grant whose re-check failed
+// open is not one: the grant still keeps the others waiting. A load after
+// MaxWait is counted where the wait ends (see await).
+func (p *Pipeline[V]) countLoad(ctx context.Context, g *grant, failedOpen bool) {
+	switch {
+	case g != nil && g.lease.TookOver():
+		p.duplicates(ctx, dupTakeover, 1)
+	case g == nil && failedOpen && p.locker != nil:
+		p.duplicates(ctx, dupFailOpen, 1)
+	}
+}
+
+// countBatch is countLoad for the keys of one loader call of GetMany.
+func (p *Pipeline[V]) countBatch(ctx context.Context, items []*loadItem) {
+	var took, open int
+	for _, it := range items {
+		switch {
+		case it.lease != nil && it.lease.TookOver():
+			took++
+		case it.lease == nil && it.failOpen != nil && p.locker != nil:
+			open++
+		}
+	}
+	p.duplicates(ctx, dupTakeover, took)
+	p.duplicates(ctx, dupFailOpen, open)
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
@@ -291,31 +292,6 @@ func safeLoad[V any](ctx context.Context, key string, fn loader[V]) (v V, err er
 	return fn.call(ctx, key)
 }
 
-// userIsFailure runs the user's IsFailure hook; a panic there counts the
-// error as a failure.
-func (p *Pipeline[V]) userIsFailure(err error) bool {
-	var failure bool
-	return callHook("is_failure", func() { failure = p.isFailure(err) }) != nil || failure
-}
-
-// breakerObserver returns the OnStateChange of the pipeline's breakers: the
-// user's callbacks, then a metric. Breakers call it outside their locks.
-func (p *Pipeline[V]) breakerObserver(own, all func(string, breaker.State, breaker.State)) func(string, breaker.State, breaker.State) {
-	return func(name string, from, to breaker.State) {
-		p.logs.breakerChange(name, from, to)
-		for _, fn := range [...]func(string, breaker.State, breaker.State){own, all} {
-			if fn != nil {
-				// A panic there must not take down the call that
-				// happened to move the breaker.
-				_ = callHook("on_state_change", func() { fn(name, from, to) })
-			}
-		}
-		if p.tel != nil && p.tel.Metering() {
-			p.tel.BreakerState(context.Background(), name, int64(to))
-		}
-	}
-}
-
 // MinLoaderTTL is the shortest TTL a loader can give its value with
 // [SetTTL].
 const MinLoaderTTL = time.Second
@@ -393,4 +369,17 @@ func (p *Pipeline[V]) callLoadMany(ctx context.Context, keys []string, load Load
 		return nil, nil, took, errFlightExited
 	}
 	return g.vals, g.errs, took, nil
+}
+
+// unwrapPermanent returns the error a [Permanent] wrapped, so callers get
+// their loader's own error whether or not Retry is configured.
+func unwrapPermanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	var perm *backoff.PermanentError
+	if errors.As(err, &perm) {
+		return perm.Err
+	}
+	return err
 }

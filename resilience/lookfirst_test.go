@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/internal/presence"
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
@@ -46,7 +47,7 @@ func TestLockedPath_noL1Copy_plainReadOnceLooksFindValues(t *testing.T) {
 		switch {
 		case slices.Equal(got, []string{"evalsha"}):
 			scripts++
-			if i >= presenceOn+1 {
+			if i >= presence.On+1 {
 				t.Fatalf("k%d, after %d looks that found their value, sent the look script; want one HGET", i, i)
 			}
 		case !slices.Equal(got, []string{"hget"}):
@@ -73,7 +74,7 @@ func TestLockedPath_noL1Copy_plainReadOnceLooksFindValues(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d warm keys read by the script, %d of %d cold keys plainly first", scripts, warm, plainFirst, cold)
-	if limit := (presenceMax-presenceOn)/presenceMiss + 1; plainFirst > limit {
+	if limit := (presence.Max-presence.On)/presence.Miss + 1; plainFirst > limit {
 		t.Fatalf("%d of %d cold keys were read plainly first; want at most %d", plainFirst, cold, limit)
 	}
 }

@@ -3,12 +3,8 @@ package resilience
 import (
 	"context"
 	"errors"
-	"time"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/cache"
 )
 
 // loadClass is what an error of the loader stage means to the stages
@@ -113,43 +109,27 @@ func (p *Pipeline[V]) isLoadFailure(err error) bool {
 	return p.isFailure == nil || p.userIsFailure(err)
 }
 
-// outcome is what a shared load hands every caller that joined it.
-type outcome[V any] struct {
-	res      Result[V]
-	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
-	hasStale bool
-	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
-	// refresh is set for a background refresh: a fresh entry serves it
-	// only if written after after, the write time of the entry that
-	// triggered it (a refresh by another process, say).
-	refresh bool
-	after   time.Time
-	// gen is the write generation when the load began: its L1 fill is
-	// skipped if key was written or dropped since (see write.go).
-	gen uint64
+// userIsFailure runs the user's IsFailure hook; a panic there counts the
+// error as a failure.
+func (p *Pipeline[V]) userIsFailure(err error) bool {
+	var failure bool
+	return callHook("is_failure", func() { failure = p.isFailure(err) }) != nil || failure
 }
 
-// accepts reports whether e, found with freshness f, answers the load o
-// is for. A refresh takes only an entry written clearly after the one
-// that called for it: L1 keeps write times on its monotonic clock and
-// gives them back on the wall clock, a few microseconds off either way,
-// so the same write read back from L2 must not pass for a newer one.
-func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
-	return o.want().takes(&e.Written, f)
-}
-
-// want is what a look for o takes.
-func (o *outcome[V]) want() want { return want{refresh: o.refresh, after: o.after} }
-
-// writtenSlack is how much later than a refresh's entry another entry must
-// have been written to count as newer.
-const writtenSlack = time.Millisecond
-
-// failOpen marks the outcome as having gone on without Redis because of
-// err.
-func (o *outcome[V]) failOpen(err error) {
-	o.res.FailedOpen = true
-	if o.res.FailOpenCause == nil {
-		o.res.FailOpenCause = err
+// breakerObserver returns the OnStateChange of the pipeline's breakers: the
+// user's callbacks, then a metric. Breakers call it outside their locks.
+func (p *Pipeline[V]) breakerObserver(own, all func(string, breaker.State, breaker.State)) func(string, breaker.State, breaker.State) {
+	return func(name string, from, to breaker.State) {
+		p.logs.breakerChange(name, from, to)
+		for _, fn := range [...]func(string, breaker.State, breaker.State){own, all} {
+			if fn != nil {
+				// A panic there must not take down the call that
+				// happened to move the breaker.
+				_ = callHook("on_state_change", func() { fn(name, from, to) })
+			}
+		}
+		if p.tel != nil && p.tel.Metering() {
+			p.tel.BreakerState(context.Background(), name, int64(to))
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"context"
 	"reflect"
 	"time"
 
@@ -13,72 +12,6 @@ import (
 	"github.com/herdguard/herdguard/internal/slotreload"
 	"github.com/herdguard/herdguard/lock"
 )
-
-// redisGuard bounds the pipeline's Redis operations: a breaker that opens
-// on a failure rate, and the operation timeout, which the batcher that
-// carries the commands (package internal/redisbatch) applies from when
-// their round trip starts, so that it measures Redis and never the time a
-// burst's commands spent waiting for their batch. Operations run on the caller's goroutine.
-//
-// The same guard bounds the operations on a [Backend], whose calls carry
-// no batcher: deadline says so, and each operation then runs under
-// context.WithTimeout(opTimeout).
-type redisGuard struct {
-	br        *breaker.Breaker
-	opTimeout time.Duration
-	deadline  bool
-	check     checkTarget          // what Check looks at
-	slots     *slotreload.Reloader // a Cluster client's slot map reload; nil otherwise
-}
-
-// guard runs one Redis operation through g. A nil g (the embedded
-// default, no Redis) runs op as it is. The operation's error is classified
-// once, by [classify]: only infrastructure failures count against the
-// breaker; a per-key data problem or a caller's cancellation does not.
-func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (T, error)) (T, error) {
-	if g == nil {
-		return op(ctx)
-	}
-	var v T
-	var err error
-	ran := false
-	refused := g.br.Execute(func() error {
-		ran = true
-		if g.deadline {
-			// The deadline bounds any backend as it is; one that counts
-			// the timeout from when its request is sent, not while it
-			// waits for its own pool, takes the caller's context and
-			// the timeout back with BackendBudget.
-			bctx := context.WithValue(ctx, backendBudgetKey{}, &backendBudget{caller: ctx, timeout: g.opTimeout})
-			octx, cancel := context.WithTimeout(bctx, g.opTimeout)
-			v, err = op(octx)
-			cancel()
-		} else if _, ok := ctx.Deadline(); ok {
-			// The timeout travels with the command into its batch (see
-			// batcher), which starts counting it when the round trip
-			// does, in place of what is left of ctx's deadline.
-			v, err = op(redisbatch.WithBudget(ctx, &g.opTimeout))
-		} else {
-			// Without a deadline, the batcher gives the command its own
-			// timeout, which is the operation timeout.
-			v, err = op(ctx)
-		}
-		switch classify(ctx, err) {
-		case errInfra:
-			g.slots.Failed()
-			return err
-		case errCanceled:
-			return breaker.Ignore
-		}
-		return nil // a reply: Redis answered
-	})
-	if !ran {
-		g.slots.Failed()
-		var zero T
-		return zero, refused
-	}
-	return v, err
-}
 
 // releaseTimeout bounds a release, which never goes through the breaker:
 // a lock left behind holds other processes until they see its holder

@@ -68,11 +68,3 @@ func (p *Pipeline[V]) out(v V) V {
 	}
 	return v
 }
-
-// cloned applies Clone to a result's value.
-func (p *Pipeline[V]) cloned(r Result[V], err error) (Result[V], error) {
-	if c := p.writes.clone; c != nil && err == nil {
-		r.Value = c(r.Value)
-	}
-	return r, err
-}

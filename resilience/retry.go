@@ -137,16 +137,3 @@ func retry[V any](ctx context.Context, s *RetrySettings, failure func(error) boo
 	}, nil)
 	return v, unwrapPermanent(err)
 }
-
-// unwrapPermanent returns the error a [Permanent] wrapped, so callers get
-// their loader's own error whether or not Retry is configured.
-func unwrapPermanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	var perm *backoff.PermanentError
-	if errors.As(err, &perm) {
-		return perm.Err
-	}
-	return err
-}

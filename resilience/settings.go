@@ -124,3 +124,8 @@ type RedisOptions struct {
 	// default: nil (values stored in clear)
 	Encrypt *cache.Keyring
 }
+
+// GetManyChunk is how many missed keys [Pipeline.GetMany] takes through
+// Redis (or a backend) and its loader at a time: a call of more keys runs
+// chunk after chunk, with one loader call each.
+const GetManyChunk = 4096

@@ -3,8 +3,6 @@ package resilience
 import (
 	"context"
 	"crypto/rand"
-	"hash/maphash"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -151,12 +149,6 @@ func (p *Pipeline[V]) capL1(e *cache.Entry[V]) {
 	}
 }
 
-// fillIfCurrent puts e in L1 unless key was written or dropped since the
-// load that produced it began (stamp).
-func (p *Pipeline[V]) fillIfCurrent(key string, e cache.Entry[V], stamp uint64) {
-	p.writes.gens.fill(key, stamp, func() { p.l1.Set(key, e) })
-}
-
 // dropLocal removes key from L1 and keeps loads that began before from
 // putting it back.
 func (p *Pipeline[V]) dropLocal(key string) {
@@ -175,78 +167,11 @@ func (p *Pipeline[V]) dropAllLocal() {
 	p.writes.gens.writeAll(p.l1.Clear)
 }
 
-// watchWrites makes the pipeline's subscription drop L1 entries that other
-// processes Set or Invalidate, and every L1 entry whenever the
-// subscription is (re-)established: announcements published while it was
-// down are lost.
-func (p *Pipeline[V]) watchWrites(n *lock.RedisNotifier) {
-	p.writes.origin = newOrigin()
-	n.SetHooks(lock.NotifierHooks{
-		OnWrite: func(w lock.Write) {
-			if w.Origin != p.writes.origin {
-				p.dropLocal(w.Key)
-			}
-		},
-		OnSubscribed: func(n int) {
-			// The first confirmation ends the start-up window (see
-			// Invalidate); the ones after it follow a lost connection.
-			if n > 1 {
-				p.dropAllLocal()
-				p.writes.resubscribed.Add(1)
-			}
-		},
-	})
-}
-
 // newOrigin returns a random origin, to tag a pipeline's announcements.
 func newOrigin() string {
 	var b [rkey.OriginLen]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return string(b[:])
-}
-
-// genSlots is how many write generations a pipeline keeps. Keys share
-// them by hash: a write to one key also stops, at worst, the L1 fill of a
-// load of another key in flight at that moment, which then reads L2 next
-// time.
-const genSlots = 1024
-
-var genSeed = maphash.MakeSeed()
-
-// gens orders L1 fills against writes: a load takes a stamp when it
-// begins, and its fill is skipped if a write (Set, Invalidate, a drop
-// heard from another process) touched the key's slot, or every key,
-// after that. The check and the fill happen under the slot's mutex, as do
-// a write and its own L1 change, so neither can slip between the other's
-// steps.
-type gens struct {
-	seq   atomic.Uint64
-	slots [genSlots]genSlot
-	// all is seq at the last write to every key; written with every
-	// slot's mutex held, read with one.
-	all uint64
-}
-
-type genSlot struct {
-	mu   sync.Mutex
-	last uint64 // seq at the slot's last write
-}
-
-// stamp is taken when a load begins.
-func (g *gens) stamp() uint64 { return g.seq.Load() }
-
-func (g *gens) slot(key string) *genSlot {
-	return &g.slots[maphash.String(genSeed, key)%genSlots]
-}
-
-// fill runs fn (an L1 fill) unless key was written since stamp.
-func (g *gens) fill(key string, stamp uint64, fn func()) {
-	s := g.slot(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last <= stamp && g.all <= stamp {
-		fn()
-	}
 }
 
 // write runs fn (a write's own L1 change) as a write to key.
