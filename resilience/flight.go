@@ -76,51 +76,6 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 	return o, err
 }
 
-// underway returns key's shared load when a call that found L1 holding
-// f for key can wait for it on the short way, joinUnderway: the load is
-// under way, L1 held nothing (no stale copy for the fallback chain), and
-// tracing is off (no spans to start). Otherwise it returns nil.
-func (p *Pipeline[V]) underway(key string, f cache.Freshness) *flight[V] {
-	if f != cache.Miss || p.group == nil || p.tel.Tracing() {
-		return nil
-	}
-	return p.group.Underway(key)
-}
-
-// joinUnderway waits for key's shared load under way (f) and returns its
-// result: the call most of a burst's callers make. Its frame is far
-// smaller than those of call, miss and joinFlight together: a burst parks
-// thousands of callers here, each on a stack that starts small and is
-// copied whole each time it must grow: in the pods of the stampede
-// harness, growing stacks took half the CPU it took on the long way.
-// Only a load that failed takes the full miss's way to the fallback chain.
-func (p *Pipeline[V]) joinUnderway(ctx context.Context, key string, f *flight[V]) (Result[V], error) {
-	p.stats.misses.Add(1)
-	select {
-	case <-ctx.Done():
-		err := ctx.Err()
-		countCall(&p.stats, &Result[V]{}, err)
-		return Result[V]{}, err
-	case <-f.Done():
-	}
-	val, ferr := f.Result()
-	if o, _ := val.(*outcome[V]); o != nil && (ferr == nil || o.res.NotFound) {
-		r := coalesced(o.res)
-		p.finishCall(ctx, nil, &r, ferr)
-		return r, ferr
-	}
-	return p.joinedFailed(ctx, key, f)
-}
-
-// joinedFailed is joinUnderway's end when the shared load failed: the
-// fallback chain, as a miss's.
-func (p *Pipeline[V]) joinedFailed(ctx context.Context, key string, f *flight[V]) (Result[V], error) {
-	_, ferr := f.Result()
-	r, err := p.settleMiss(ctx, key, joined(f, true), ferr, cache.Entry[V]{}, false, true)
-	p.finishCall(ctx, nil, &r, err)
-	return r, err
-}
-
 // joined returns f's outcome, once f has ended: for a joiner, a copy of
 // its own to relabel.
 func joined[V any](f *flight[V], joiner bool) *outcome[V] {

@@ -85,10 +85,6 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 		}
 		return p.out(h.Value()), nil
 	}
-	if fl := p.underway(key, f); fl != nil {
-		r, err := p.cloned(p.joinUnderway(ctx, key, fl))
-		return r.Value, err
-	}
 	r, err := p.cloned(p.call(ctx, key, load, h, f))
 	return r.Value, err
 }
@@ -106,9 +102,6 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 			return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
 		}
 		return Result[V]{Value: p.out(h.Value()), Source: SourceL1}, nil
-	}
-	if fl := p.underway(key, f); fl != nil {
-		return p.cloned(p.joinUnderway(ctx, key, fl))
 	}
 	return p.cloned(p.call(ctx, key, load, h, f))
 }

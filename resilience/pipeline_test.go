@@ -565,7 +565,7 @@ func TestGet_staleWhileRevalidate_servesStaleRefreshesOnce(t *testing.T) {
 }
 
 // TestGet_untracedJoiners covers the joiners of a load under way when
-// tracing is off, the path a burst's callers take (joinUnderway): the
+// tracing is off, the path a burst's callers take: the
 // shared value, coalesced, for Get and GetResult; a joiner whose context
 // ends leaves at once; a failed load gives every joiner the fallback; and
 // Stats counts each call once.
