@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/herdguard/herdguard/backend"
 )
 
 // Memory is a [Locker] within one process: the embedded default when no
@@ -39,7 +41,7 @@ const minSweep = 1024
 var _ Locker = (*Memory)(nil)
 
 // TryAcquire implements [Locker].
-func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lease, error) {
+func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration) (*backend.Lease, error) {
 	if err := checkArgs(key, lease); err != nil {
 		return nil, err
 	}
@@ -50,7 +52,7 @@ func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l, ok := m.locks[key]; ok && now.Before(l.expires) {
-		return nil, ErrNotAcquired
+		return nil, backend.ErrNotAcquired
 	}
 	if m.locks == nil {
 		m.locks = make(map[string]memLock)
@@ -61,7 +63,7 @@ func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration
 	tok := newToken()
 	m.fence++
 	m.locks[key] = memLock{token: tok, expires: now.Add(lease)}
-	return newLease(m, key, tok, m.fence, lease, lease/3), nil
+	return newLease(m, key, tok, m.fence, lease, lease/3, false), nil
 }
 
 // sweep drops the locks whose lease has run out, and sets the size of the
@@ -93,11 +95,11 @@ func (m *Memory) release(_ context.Context, key, token string) error {
 	defer m.mu.Unlock()
 	l, ok := m.locks[key]
 	if !ok || l.token != token {
-		return ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	delete(m.locks, key) // the holder's own entry, even if its lease ran out
 	if !time.Now().Before(l.expires) {
-		return ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	return nil
 }
@@ -108,7 +110,7 @@ func (m *Memory) extend(_ context.Context, key, token string, lease time.Duratio
 	defer m.mu.Unlock()
 	l, ok := m.locks[key]
 	if !ok || l.token != token || !now.Before(l.expires) {
-		return ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	l.expires = now.Add(lease)
 	m.locks[key] = l

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/herdguard/herdguard/backend"
 )
 
 func TestMemory_TryAcquire_heldReleaseFence(t *testing.T) {
@@ -15,8 +17,8 @@ func TestMemory_TryAcquire_heldReleaseFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, ErrNotAcquired) {
-		t.Fatalf("second acquire: %v, want ErrNotAcquired", err)
+	if _, err := m.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("second acquire: %v, want backend.ErrNotAcquired", err)
 	}
 	if held, left, _ := m.Inspect(ctx, "k"); !held || left <= 0 {
 		t.Fatalf("Inspect = %v %v, want held", held, left)
@@ -32,8 +34,8 @@ func TestMemory_TryAcquire_heldReleaseFence(t *testing.T) {
 		t.Fatalf("fence %d not above %d", b.Fence(), a.Fence())
 	}
 	// The old grant cannot release or extend the new one.
-	if err := a.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("stale extend: %v, want ErrNotHeld", err)
+	if err := a.Extend(ctx, time.Minute); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("stale extend: %v, want backend.ErrNotHeld", err)
 	}
 	_ = b.Release(ctx)
 }
@@ -47,17 +49,17 @@ func TestMemory_lease_expiresAndWatchdogExtends(t *testing.T) {
 		ctx := context.Background()
 		a, _ := m.TryAcquire(ctx, "short", 30*time.Millisecond)
 		time.Sleep(29 * time.Millisecond)
-		if _, err := m.TryAcquire(ctx, "short", time.Minute); !errors.Is(err, ErrNotAcquired) {
-			t.Fatalf("acquire within the lease: %v, want ErrNotAcquired", err)
+		if _, err := m.TryAcquire(ctx, "short", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("acquire within the lease: %v, want backend.ErrNotAcquired", err)
 		}
 		time.Sleep(2 * time.Millisecond)
-		if err := a.Release(ctx); !errors.Is(err, ErrNotHeld) {
-			t.Fatalf("release after expiry: %v, want ErrNotHeld", err)
+		if err := a.Release(ctx); !errors.Is(err, backend.ErrNotHeld) {
+			t.Fatalf("release after expiry: %v, want backend.ErrNotHeld", err)
 		}
 		w, _ := m.TryAcquire(ctx, "watched", 600*time.Millisecond)
 		w.KeepAlive(ctx, nil)
 		time.Sleep(10 * time.Second) // over sixteen leases
-		if _, err := m.TryAcquire(ctx, "watched", time.Minute); !errors.Is(err, ErrNotAcquired) {
+		if _, err := m.TryAcquire(ctx, "watched", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 			t.Fatalf("watched lock was lost: %v", err)
 		}
 		if err := w.Release(ctx); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/internal/rscript"
 )
@@ -18,10 +19,6 @@ import (
 // DefaultFenceRetention is how long a key's fence counter outlives the last
 // grant or extension of its lock when RedisOptions.FenceRetention is 0.
 const DefaultFenceRetention = 24 * time.Hour
-
-// DefaultHeartbeat is how often a holder's watchdog beats when
-// RedisOptions.Heartbeat is 0.
-const DefaultHeartbeat = time.Second
 
 // cleanupTimeout bounds the token-checked delete that follows an acquire
 // whose outcome is unknown: ample for a healthy Redis, and the most a hung
@@ -85,16 +82,16 @@ type RedisOptions struct {
 	// expires. Ignored by [RedisNotifier].
 	// default: 24 hours ([DefaultFenceRetention])
 	FenceRetention time.Duration
-	// Heartbeat is how often a holder's watchdog ([Lease.KeepAlive])
+	// Heartbeat is how often a holder's watchdog ([backend.Lease.KeepAlive])
 	// extends its lease and records a beat in Redis. Each grant declares
 	// twice this period in Redis as the time after its last beat when it
 	// counts as dead; a TryAcquire that finds the beat older than that
 	// takes the lock over with a new grant. Processes with different
 	// settings agree, since each holder declares its own. Ignored by
 	// [RedisNotifier].
-	// default: 1 second ([DefaultHeartbeat])
+	// default: 1 second ([backend.DefaultHeartbeat])
 	Heartbeat time.Duration
-	// Announce makes [Lease.Release] also publish the key on the
+	// Announce makes [backend.Lease.Release] also publish the key on the
 	// namespace's channel, in the same round trip, so that the waiters of
 	// a [RedisNotifier] of the same namespace wake. Ignored by
 	// [RedisNotifier].
@@ -215,7 +212,7 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 		r.retention = DefaultFenceRetention
 	}
 	if r.heartbeat == 0 {
-		r.heartbeat = DefaultHeartbeat
+		r.heartbeat = backend.DefaultHeartbeat
 	}
 	if o.Announce {
 		r.channel = keys.Channel()
@@ -226,10 +223,10 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 }
 
 // TryAcquire implements [Locker] in one round trip. It returns
-// [ErrNotAcquired] when a live holder has key, a [*BackendError] when
+// [backend.ErrNotAcquired] when a live holder has key, a [*backend.BackendError] when
 // Redis fails, and an error matching ctx's when ctx ends first. A holder
 // whose last beat is older than it declared is dead: TryAcquire takes the
-// lock over ([Lease.TookOver] reports it). So does a lock key holding
+// lock over ([backend.Lease.TookOver] reports it). So does a lock key holding
 // data this package did not write, such as a lock hash without an expiry:
 // whatever dead-after a holder declares, the lease it set at its last
 // beat (the key's expiry) ends its hold.
@@ -243,7 +240,7 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 // ctx's end, for up to a second, so that a caller facing a dead Redis is
 // not held for it; if Redis cannot be reached for it, a lock that was set
 // never beats, and the next TryAcquire takes it over two heartbeats later.
-func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lease, error) {
+func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration) (*backend.Lease, error) {
 	if err := checkArgs(key, lease); err != nil {
 		return nil, err
 	}
@@ -261,7 +258,7 @@ func (r *Redis) TryAcquire(ctx context.Context, key string, lease time.Duration)
 // alone. Otherwise it tries the lock as TryAcquire does and returns the
 // stored bytes, stale or expired, alongside (nil when there are none), for
 // a caller that serves stale copies.
-func (r *Redis) TryAcquireOrGet(ctx context.Context, key string, lease time.Duration, now time.Time) (l *Lease, value []byte, fresh bool, err error) {
+func (r *Redis) TryAcquireOrGet(ctx context.Context, key string, lease time.Duration, now time.Time) (l *backend.Lease, value []byte, fresh bool, err error) {
 	if err := checkArgs(key, lease); err != nil {
 		return nil, nil, false, err
 	}
@@ -284,7 +281,7 @@ func (r *Redis) TryAcquireOrGet(ctx context.Context, key string, lease time.Dura
 // acquire runs acquire.lua; now is the caller's clock in Unix
 // milliseconds, or 0 to leave the value alone. It returns a nil lease and
 // a nil error for a fresh value.
-func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, now int64) (*Lease, []any, error) {
+func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, now int64) (*backend.Lease, []any, error) {
 	tok := newToken()
 	t := r.timingOf(lease)
 	beat := t.beat
@@ -304,13 +301,12 @@ func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, no
 	}
 	switch {
 	case err == nil && fence > 0:
-		l := newLease(r, key, tok, fence, lease, beat)
-		l.tookOver = how != 1
+		l := newLease(r, key, tok, fence, lease, beat, how != 1)
 		return l, reply, nil
 	case err == nil && fence < 0:
 		return nil, reply, nil
 	case err == nil:
-		return nil, reply, ErrNotAcquired
+		return nil, reply, backend.ErrNotAcquired
 	}
 	if !isReply(err) {
 		// The goroutine ends with the delete, which cleanupTimeout bounds;
@@ -364,7 +360,7 @@ func (r *Redis) release(ctx context.Context, key, token string) error {
 		return failure(ctx, "release", key, err)
 	}
 	if n == 0 {
-		return ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	return nil
 }
@@ -378,7 +374,7 @@ func (r *Redis) extend(ctx context.Context, key, token string, lease time.Durati
 		return failure(ctx, "extend", key, err)
 	}
 	if n == 0 {
-		return ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	return nil
 }

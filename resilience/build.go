@@ -44,7 +44,7 @@ const scope = "github.com/herdguard/herdguard/resilience"
 // saying what to change; a setting that package breaker, cache or lock
 // then refuses comes alone, also as a [*ConfigError]. An error creating
 // the metric instruments from the MeterProvider is returned as it is, and
-// one of [Backend.Open] wrapped (errors.Is finds it).
+// one of [backend.Backend.Open] wrapped (errors.Is finds it).
 func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	c := b.c
 	errs := c.errs

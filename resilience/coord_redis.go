@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
@@ -103,7 +104,7 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool,
 		defer sp.End()
 	}
 	var raw []byte
-	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
+	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*backend.Lease, error) {
 		l, v, _, err := c.rl.TryAcquireOrGet(ctx, key, p.lockCfg.Lease, time.Now())
 		raw = v
 		return l, err
@@ -121,7 +122,7 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool,
 			return c.recheck(ctx, key, lk, w)
 		}
 	}
-	if counts && (err == nil || errors.Is(err, lock.ErrNotAcquired)) {
+	if counts && (err == nil || errors.Is(err, backend.ErrNotAcquired)) {
 		c.found.saw(err == nil && lk.lease == nil)
 	}
 	if sp != nil {
@@ -168,7 +169,7 @@ func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]lo
 	ls, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]lock.Look, error) {
 		ls := c.rl.TryAcquireOrGetMany(ctx, keys, p.lockCfg.Lease, time.Now())
 		for _, l := range ls {
-			if l.Err != nil && !errors.Is(l.Err, lock.ErrNotAcquired) && classify(ctx, l.Err) != errData {
+			if l.Err != nil && !errors.Is(l.Err, backend.ErrNotAcquired) && classify(ctx, l.Err) != errData {
 				return ls, l.Err
 			}
 		}
@@ -177,7 +178,7 @@ func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]lo
 	if err != nil {
 		// A look that failed as a whole grants nothing: give back what
 		// it may have granted.
-		var granted []*lock.Lease
+		var granted []*backend.Lease
 		for _, l := range ls {
 			if l.Lease != nil {
 				granted = append(granted, l.Lease)
@@ -213,17 +214,17 @@ func (c *redisCoord[V]) commitMany(ctx context.Context, writes []cache.Write[V])
 	return c.p.l2.SetMany(ctx, writes)
 }
 
-func (c *redisCoord[V]) extendMany(ctx context.Context, leases []*lock.Lease) ([]bool, error) {
+func (c *redisCoord[V]) extendMany(ctx context.Context, leases []*backend.Lease) ([]bool, error) {
 	return c.rl.ExtendMany(ctx, leases)
 }
 
 // release gives the lease back; the Redis lock announces in the same
 // round trip.
-func (c *redisCoord[V]) release(ctx context.Context, _ string, lease *lock.Lease) {
+func (c *redisCoord[V]) release(ctx context.Context, _ string, lease *backend.Lease) {
 	_ = lease.Release(ctx)
 }
 
-func (c *redisCoord[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
+func (c *redisCoord[V]) releaseMany(ctx context.Context, leases []*backend.Lease) {
 	_ = c.rl.ReleaseMany(ctx, leases)
 }
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/timeout"
-	"github.com/herdguard/herdguard/lock"
 )
 
 var (
@@ -49,7 +49,7 @@ func (e *ConfigError) Error() string {
 
 // PanicError is the error every waiter gets when the loader or a
 // fallback's Default panics, or the pipeline's own code does (a bug to
-// report; a [Backend]'s panic under a look is reported so too). The
+// report; a [backend.Backend]'s panic under a look is reported so too). The
 // process does not crash. A panic of background work, which has no caller
 // left to tell (a Backend's, in a release), is logged at error level with
 // its stack, at most once a minute, like the other episodes. A panic elsewhere in the user's
@@ -155,8 +155,8 @@ var infraReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", 
 // and the fallback chain (see [Builder.IsFailure]).
 func classify(ctx context.Context, err error) errClass {
 	switch {
-	case err == nil, errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrNotHeld),
-		errors.Is(err, cache.ErrExpiredEntry), errors.Is(err, cache.ErrLockLost):
+	case err == nil, errors.Is(err, backend.ErrNotAcquired), errors.Is(err, backend.ErrNotHeld),
+		errors.Is(err, cache.ErrExpiredEntry), errors.Is(err, backend.ErrLockLost):
 		return errNone
 	case isBreakerRefusal(err):
 		return errRefused

@@ -10,9 +10,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -69,7 +69,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 	if allNotFound {
 		err = nil
 	}
-	var release []*lock.Lease
+	var release []*backend.Lease
 	var writes []cache.Write[V]
 	var written []*loadItem
 	entries := make(map[string]cache.Entry[V], len(items))

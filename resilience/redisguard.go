@@ -9,6 +9,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/opbudget"
 	"github.com/herdguard/herdguard/internal/redisbatch"
 	"github.com/herdguard/herdguard/internal/slotreload"
 	"github.com/herdguard/herdguard/lock"
@@ -20,7 +21,7 @@ import (
 // their round trip starts, so that it measures Redis and never the time a
 // burst's commands spent waiting for their batch. Operations run on the caller's goroutine.
 //
-// The same guard bounds the operations on a [Backend], whose calls carry
+// The same guard bounds the operations on a [backend.Backend], whose calls carry
 // no batcher: deadline says so, and each operation then runs under
 // context.WithTimeout(opTimeout).
 type redisGuard struct {
@@ -48,8 +49,8 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 			// The deadline bounds any backend as it is; one that counts
 			// the timeout from when its request is sent, not while it
 			// waits for its own pool, takes the caller's context and
-			// the timeout back with BackendBudget.
-			bctx := context.WithValue(ctx, backendBudgetKey{}, &backendBudget{caller: ctx, timeout: g.opTimeout})
+			// the timeout back with backend.Budget.
+			bctx := opbudget.With(ctx, ctx, g.opTimeout)
 			octx, cancel := context.WithTimeout(bctx, g.opTimeout)
 			v, err = op(octx)
 			cancel()
