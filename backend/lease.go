@@ -99,7 +99,7 @@ func (l *Lease) Every() time.Duration { return l.every }
 // Detach stops the watchdog and marks the lease released without telling
 // the backend, as Forget does, and returns the [Holder] that granted it
 // and whether the lease was released already: for a locker that releases
-// many of its leases in one request (package lock's Redis.ReleaseMany).
+// many of its leases in one request (the pipeline's Redis locker releasing a batch).
 func (l *Lease) Detach() (h Holder, released bool) {
 	l.stopWatchdog()
 	l.mu.Lock()

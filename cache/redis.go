@@ -141,7 +141,7 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 }
 
 // Decode turns the bytes stored for key (read by a script of the
-// caller's, such as package lock's TryAcquireOrGet) into an entry and its
+// caller's, such as internal/rlock's TryAcquireOrGet) into an entry and its
 // freshness now, as [Redis.Get] would: nil (nothing stored) is a [Miss];
 // bytes that do not decode are a Miss too, counted and reported to
 // OnCorrupt.

@@ -42,15 +42,11 @@
 // it leaves.
 //
 // Users who wake waiters need the notifiers: [Notifier], [MemoryNotifier],
-// [RedisNotifier], [NewRedisNotifier] and [Write] (what an announcement
-// carries).
+// [RedisNotifier] and [NewRedisNotifier].
 //
-// The pipeline also uses the one-round-trip forms ([Redis.TryAcquireOrGet],
-// [Look] and the batch methods), the notifiers' Mark and SubscribeSince
-// (a look first, a subscription only to wait) and [NotifierHooks]
-// (subscriptions that survive a lost connection, and health): they are
-// the lock's to know, and stay exported because package resilience is
-// another package.
+// The pipeline's own forms (the look that also tries the lock, the batch
+// beats and releases, the notifiers' marks, hooks and health) are in
+// package internal/rlock, which [Redis] and the notifiers wrap.
 //
 // Implementers of a backend other than Redis need package backend alone
 // ([backend.NewLease] hands out leases with the watchdog this package's

@@ -2,13 +2,11 @@ package lock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/herdguard/herdguard/backend"
+	"github.com/herdguard/herdguard/internal/rlock"
 )
 
 // Memory is a [Locker] within one process: the embedded default when no
@@ -42,7 +40,7 @@ var _ Locker = (*Memory)(nil)
 
 // TryAcquire implements [Locker].
 func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration) (*backend.Lease, error) {
-	if err := checkArgs(key, lease); err != nil {
+	if err := rlock.CheckArgs(key, lease); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -60,7 +58,7 @@ func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration
 	if len(m.locks) >= max(m.sweepAt, minSweep) {
 		m.sweep(now)
 	}
-	tok := newToken()
+	tok := rlock.NewToken()
 	m.fence++
 	m.locks[key] = memLock{token: tok, expires: now.Add(lease)}
 	return newLease(m, key, tok, m.fence, lease, lease/3, false), nil
@@ -115,21 +113,4 @@ func (m *Memory) extend(_ context.Context, key, token string, lease time.Duratio
 	l.expires = now.Add(lease)
 	m.locks[key] = l
 	return nil
-}
-
-func checkArgs(key string, lease time.Duration) error {
-	if key == "" {
-		return fmt.Errorf("lock: empty key")
-	}
-	if lease <= 0 {
-		return fmt.Errorf("lock: lease must be positive, got %v", lease)
-	}
-	return nil
-}
-
-// newToken returns 16 random bytes, hex encoded.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
 }

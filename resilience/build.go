@@ -10,6 +10,7 @@ import (
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/obs"
+	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -185,7 +186,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if c.lockOn {
 		p.lockCfg = lockDefaults(c.lock)
 		if p.locker == nil { // embedded default
-			n := new(lock.MemoryNotifier)
+			n := new(rlock.MemoryNotifier)
 			p.locker, p.notifier = new(lock.Memory), n
 			p.co = &memoryCoord[V]{p: p, n: n}
 		}

@@ -257,7 +257,7 @@ func extendEach(ctx context.Context, leases []*backend.Lease) ([]bool, error) {
 	return lost, errors.Join(errs...)
 }
 
-// markNotifier is a notifier with marks (both of package lock's are): the
+// markNotifier is a notifier with marks (both of internal/rlock's are): the
 // leader takes a mark before its look, and subscribes only when it must
 // wait, losing no announcement made in between.
 type markNotifier interface {

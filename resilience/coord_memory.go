@@ -8,7 +8,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/internal/rlock"
 )
 
 // memoryCoord is the coordination seam of the embedded default: one
@@ -16,7 +16,7 @@ import (
 // waiters look at. It has no shared store to commit to.
 type memoryCoord[V any] struct {
 	p *Pipeline[V]
-	n *lock.MemoryNotifier
+	n *rlock.MemoryNotifier
 }
 
 var _ coord[int] = (*memoryCoord[int])(nil)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -21,8 +21,8 @@ import (
 // same round trip, and a batch's leases are extended together.
 type redisCoord[V any] struct {
 	p  *Pipeline[V]
-	n  *lock.RedisNotifier
-	rl *lock.Redis // nil without Lock
+	n  *rlock.RedisNotifier
+	rl *rlock.Redis // nil without Lock
 	// found says whether the looks of late found their value.
 	found presence
 }
@@ -166,7 +166,7 @@ func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]lo
 			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA"), attrKeys.Int(len(keys))))
 		defer sp.End()
 	}
-	ls, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]lock.Look, error) {
+	ls, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]rlock.Look, error) {
 		ls := c.rl.TryAcquireOrGetMany(ctx, keys, p.lockCfg.Lease, time.Now())
 		for _, l := range ls {
 			if l.Err != nil && !errors.Is(l.Err, backend.ErrNotAcquired) && classify(ctx, l.Err) != errData {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -179,10 +180,10 @@ func (p *Pipeline[V]) dropAllLocal() {
 // processes Set or Invalidate, and every L1 entry whenever the
 // subscription is (re-)established: announcements published while it was
 // down are lost.
-func (p *Pipeline[V]) watchWrites(n *lock.RedisNotifier) {
+func (p *Pipeline[V]) watchWrites(n *rlock.RedisNotifier) {
 	p.writes.origin = newOrigin()
-	n.SetHooks(lock.NotifierHooks{
-		OnWrite: func(w lock.Write) {
+	n.SetHooks(rlock.NotifierHooks{
+		OnWrite: func(w rlock.Write) {
 			if w.Origin != p.writes.origin {
 				p.dropLocal(w.Key)
 			}

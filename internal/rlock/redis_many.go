@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import (
 	"context"
@@ -32,7 +32,7 @@ type Look struct {
 func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease time.Duration, now time.Time) []Look {
 	looks := make([]Look, len(keys))
 	for _, k := range keys {
-		if err := checkArgs(k, lease); err != nil {
+		if err := CheckArgs(k, lease); err != nil {
 			for i := range looks {
 				looks[i].Err = err
 			}
@@ -49,7 +49,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 	beat := min(r.heartbeat, lease/3)
 	toks := make([]string, len(keys))
 	for i := range keys {
-		toks[i] = newToken()
+		toks[i] = NewToken()
 	}
 	runs := r.chunks(len(keys), func(i int) string { return keys[i] })
 	args := make([][]any, len(runs))

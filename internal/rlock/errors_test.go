@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import (
 	"context"
@@ -18,7 +18,6 @@ const secretKey = "secret-7f3a9c"
 // the errors.
 func TestErrors_nameNoKey(t *testing.T) {
 	r := newLocker(t, rdb)
-	var m Memory
 	ctx := testCtx(t)
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -43,7 +42,6 @@ func TestErrors_nameNoKey(t *testing.T) {
 		{"Extend, context cancelled", func() error { return held.Extend(done, time.Minute) }},
 		{"Extend, no lease", func() error { return held.Extend(ctx, 0) }},
 		{"ExtendMany, context cancelled", func() error { _, err := r.ExtendMany(done, []*backend.Lease{held}); return err }},
-		{"Memory TryAcquire, no lease", func() error { _, err := m.TryAcquire(ctx, secretKey, -time.Second); return err }},
 		{"Release, context cancelled", func() error { return held.Release(done) }},
 	} {
 		err := tc.call()
