@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/internal/rkey"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/internal/rlock"
 )
 
 // secret returns an n-byte AES key made of the digits of seed, so that a
@@ -407,7 +407,7 @@ func TestRedis_encrypt_movedBytesDoNotOpen(t *testing.T) {
 // clear and returns the data field as it is.
 func rawThroughLock(t *testing.T, ns, key string) []byte {
 	t.Helper()
-	lk, err := lock.NewRedis(rdb, lock.RedisOptions{Namespace: ns})
+	lk, err := rlock.NewRedis(rdb, rlock.RedisOptions{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func TestRedis_encrypt_scriptsKeepWorking(t *testing.T) {
 	if stored, err := r.Set(ctx, "k", stale); err != nil || !stored {
 		t.Fatalf("Set(stale) = %v, %v", stored, err)
 	}
-	lk, err := lock.NewRedis(rdb, lock.RedisOptions{Namespace: ns})
+	lk, err := rlock.NewRedis(rdb, rlock.RedisOptions{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,14 +30,15 @@
 // Keyring formatting methods keep secrets out of logs, JSON and %#v).
 //
 // Code that matches errors needs [ErrNotFound], [ErrExpiredEntry],
-// [ErrLockLost], [ErrCodec] and [ErrDecrypt].
+// [ErrCodec], [ErrDecrypt] and package backend's [backend.ErrLockLost]
+// (returned by Commit and its batch forms).
 //
 // The pipeline itself also uses [Redis.Decode] (a value the lock's script
 // read along with the lock), [Hit]'s FreshFor and LoadDuration (early
 // refresh) and [Jitter] (TTL spread): they live here because they are the store's to know, and
 // stay exported because package resilience is another package.
 //
-// Implementers of a backend other than Redis (resilience.Backend) need
-// [Store] and [Save]: the contract of a shared byte store with fenced
-// writes.
+// Implementers of a backend other than Redis need package backend alone:
+// its [backend.Store] and [backend.Save] are the contract of a shared byte
+// store with fenced writes, which [Remote] reads and writes entries over.
 package cache

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/internal/rscript"
 )
@@ -17,10 +18,6 @@ var (
 	// StaleUntil (and Expires) has already passed: there is nothing left
 	// to store.
 	ErrExpiredEntry = errors.New("cache: entry already past its stale-until time")
-	// ErrLockLost is returned by [Redis.Commit] when the writer's lock no
-	// longer holds its token: its lease was taken over, expired, or lost
-	// with Redis's keys. Nothing was written.
-	ErrLockLost = errors.New("cache: lock lost; value not written")
 	// ErrCodec is matched by the errors of a [Codec] that failed or
 	// panicked on a value: a problem with that value, not with Redis.
 	ErrCodec = errors.New("cache: codec failed")
@@ -144,7 +141,7 @@ func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, er
 }
 
 // Decode turns the bytes stored for key (read by a script of the
-// caller's, such as package lock's TryAcquireOrGet) into an entry and its
+// caller's, such as internal/rlock's TryAcquireOrGet) into an entry and its
 // freshness now, as [Redis.Get] would: nil (nothing stored) is a [Miss];
 // bytes that do not decode are a Miss too, counted and reported to
 // OnCorrupt.
@@ -181,14 +178,14 @@ func (r *Redis[V]) setHeld(ctx context.Context, key string, e Entry[V], token st
 // Commit is [Redis.Set] for the holder of key's lock (a lock.Redis lease
 // of the same prefix and namespace, with e.Fence its fence and token its
 // token): in the same round trip it checks that the lock still holds
-// token, and writes nothing, returning [ErrLockLost], when it does not (a
+// token, and writes nothing, returning [backend.ErrLockLost], when it does not (a
 // holder whose lease was taken over, or lost when Redis lost its keys,
 // therefore never writes back a value loaded before a newer one), then
 // releases the lock and announces key on the namespace's channel (as
 // package lock's notifier hears it): the holder's last step. The lock is released whether
-// the write won or a newer entry refused it; on [ErrLockLost] nothing is
+// the write won or a newer entry refused it; on [backend.ErrLockLost] nothing is
 // written, released or announced. The holder's lease object must then be
-// told it is released (lock's Lease.Forget) so that its watchdog stops.
+// told it is released (backend.Lease.Forget) so that its watchdog stops.
 func (r *Redis[V]) Commit(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
 		return false, errors.New("cache: commit: empty lock token")
@@ -206,7 +203,7 @@ func (r *Redis[V]) set(ctx context.Context, key string, e Entry[V], token string
 	case err != nil:
 		return false, fmt.Errorf("cache: set: %w", err)
 	case n < 0:
-		return false, fmt.Errorf("cache: set: %w", ErrLockLost)
+		return false, fmt.Errorf("cache: set: %w", backend.ErrLockLost)
 	}
 	return n == 1, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/internal/rscript"
 )
@@ -47,7 +48,7 @@ func (r *Redis[V]) GetMany(ctx context.Context, keys []string) ([]Got[V], error)
 }
 
 // Write is one entry for [Redis.SetMany]: as [Redis.Set] writes it
-// without Token; with Token, only while the lock holds it ([ErrLockLost]
+// without Token; with Token, only while the lock holds it ([backend.ErrLockLost]
 // otherwise), and with Release too, as [Redis.Commit] writes it.
 type Write[V any] struct {
 	Key     string
@@ -124,7 +125,7 @@ func (r *Redis[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, e
 			case err != nil:
 				out[i].Err = fmt.Errorf("cache: set: %w", err)
 			case v < 0:
-				out[i].Err = fmt.Errorf("cache: set: %w", ErrLockLost)
+				out[i].Err = fmt.Errorf("cache: set: %w", backend.ErrLockLost)
 			default:
 				out[i].Stored = v == 1
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
@@ -413,7 +414,7 @@ func TestRedis_setHeld_onlyWhileTheLockHoldsTheToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		stored, err := r.setHeld(ctx, "k", entry("late "+lose.name, 9), "tok-a")
-		if stored || !errors.Is(err, ErrLockLost) {
+		if stored || !errors.Is(err, backend.ErrLockLost) {
 			t.Fatalf("%s: setHeld() = %v, %v; want false, ErrLockLost", lose.name, stored, err)
 		}
 		_ = rdb.Del(ctx, lockKey)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/herdguard/herdguard/backend"
 )
 
 // RemoteOptions configures a [Remote]. Only Namespace is required.
@@ -30,18 +32,18 @@ type RemoteOptions struct {
 	Encrypt *Keyring
 }
 
-// Remote is a shared store of [Entry] values over a [Store] (a backend
+// Remote is a shared store of [Entry] values over a [backend.Store] (a backend
 // other than Redis): [Redis]'s encoding, envelope and sealing, with the
 // store's fenced writes. Its methods mirror [Redis]'s. Remote is safe for
 // concurrent use.
 type Remote[V any] struct {
-	store Store
+	store backend.Store
 	coder[V]
 }
 
 // NewRemote returns a store of entries kept in s. It fails when s is nil,
 // o.Namespace is empty, or o.Encrypt holds no keys.
-func NewRemote[V any](s Store, o RemoteOptions) (*Remote[V], error) {
+func NewRemote[V any](s backend.Store, o RemoteOptions) (*Remote[V], error) {
 	switch {
 	case s == nil:
 		return nil, errors.New("cache: store is nil")
@@ -92,7 +94,7 @@ func (r *Remote[V]) Set(ctx context.Context, key string, e Entry[V]) (stored boo
 
 // SetHeld is [Remote.Set] for the holder of key's lock under token (a
 // lease of the store's backend, with e.Fence its fence): it writes
-// nothing, and returns an error matching [ErrLockLost], when the lock no
+// nothing, and returns an error matching [backend.ErrLockLost], when the lock no
 // longer holds token.
 func (r *Remote[V]) SetHeld(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
@@ -103,7 +105,7 @@ func (r *Remote[V]) SetHeld(ctx context.Context, key string, e Entry[V], token s
 
 // Commit is [Remote.SetHeld] that also releases the lock and wakes key's
 // waiters in the same step, as [Redis.Commit] does: the holder's last
-// step. The lease object must then be told (lock's Lease.Forget).
+// step. The lease object must then be told (backend.Lease.Forget).
 func (r *Remote[V]) Commit(ctx context.Context, key string, e Entry[V], token string) (stored bool, err error) {
 	if token == "" {
 		return false, errors.New("cache: commit: empty lock token")
@@ -119,7 +121,7 @@ func (r *Remote[V]) set(ctx context.Context, key string, e Entry[V], token strin
 	if err != nil {
 		return false, err
 	}
-	stored, err := r.store.Save(ctx, key, raw, Save{Fence: e.Fence, Token: token, Release: release, Until: until})
+	stored, err := r.store.Save(ctx, key, raw, backend.Save{Fence: e.Fence, Token: token, Release: release, Until: until})
 	if err != nil {
 		return false, fmt.Errorf("cache: set: %w", err)
 	}
@@ -157,7 +159,7 @@ func (r *Remote[V]) SetMany(ctx context.Context, writes []Write[V]) ([]Written, 
 }
 
 // Write stores e under key with a fence above every lock grant and write
-// of key so far ([Store.NextFence]), so that neither a holder that loaded
+// of key so far ([backend.Store.NextFence]), so that neither a holder that loaded
 // before it nor an unlocked load overwrites it, and returns that fence.
 // e.Fence is ignored. The lock is left to its holder. Unlike [Redis.Write]
 // it announces nothing: the caller does.
@@ -172,7 +174,7 @@ func (r *Remote[V]) Write(ctx context.Context, key string, e Entry[V]) (fence in
 	if err != nil {
 		return 0, err
 	}
-	if _, err := r.store.Save(ctx, key, raw, Save{Fence: fence, Until: until}); err != nil {
+	if _, err := r.store.Save(ctx, key, raw, backend.Save{Fence: fence, Until: until}); err != nil {
 		return 0, fmt.Errorf("cache: write: %w", err)
 	}
 	return fence, nil
@@ -181,7 +183,7 @@ func (r *Remote[V]) Write(ctx context.Context, key string, e Entry[V]) (fence in
 // Invalidate replaces key's entry with a tombstone, a fence above every
 // lock grant and write so far that readers see as a miss, for hold, and
 // revokes key's lock so that a holder still loading writes nothing back
-// ([Store.NextFence] with revoke). It returns the tombstone's fence.
+// ([backend.Store.NextFence] with revoke). It returns the tombstone's fence.
 // Unlike [Redis.Invalidate] it announces nothing: the caller does.
 func (r *Remote[V]) Invalidate(ctx context.Context, key string, hold time.Duration) (fence int64, err error) {
 	if hold <= 0 {
@@ -194,7 +196,7 @@ func (r *Remote[V]) Invalidate(ctx context.Context, key string, hold time.Durati
 	// reader, kept by the store for hold.
 	now := time.Now()
 	raw := r.seal(key, encodeEnvelope(envelope{notFound: true, written: now, fence: fence}))
-	if _, err := r.store.Save(ctx, key, raw, Save{Fence: fence, Until: now.Add(hold)}); err != nil {
+	if _, err := r.store.Save(ctx, key, raw, backend.Save{Fence: fence, Until: now.Add(hold)}); err != nil {
 		return 0, fmt.Errorf("cache: invalidate: %w", err)
 	}
 	return fence, nil

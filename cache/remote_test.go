@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/resilience"
 )
 
-func openView(t *testing.T, m *backendtest.Memory, ns string) resilience.Shared {
+func openView(t *testing.T, m *backendtest.Memory, ns string) backend.Shared {
 	t.Helper()
-	v, err := m.Open(resilience.BackendScope{Namespace: ns, Heartbeat: time.Second})
+	v, err := m.Open(backend.Scope{Namespace: ns, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func openView(t *testing.T, m *backendtest.Memory, ns string) resilience.Shared 
 	return v
 }
 
-func newRemote(t *testing.T, s cache.Store, o cache.RemoteOptions) *cache.Remote[string] {
+func newRemote(t *testing.T, s backend.Store, o cache.RemoteOptions) *cache.Remote[string] {
 	t.Helper()
 	r, err := cache.NewRemote[string](s, o)
 	if err != nil {
@@ -93,7 +93,7 @@ func TestRemote_invalidate(t *testing.T) {
 	if _, f, err := r.Get(ctx, "k"); f != cache.Miss || err != nil {
 		t.Fatalf("Get after Invalidate = %v, %v; want a miss", f, err)
 	}
-	if _, err := r.Commit(ctx, "k", entry("held", l.Fence()), l.Token()); !errors.Is(err, cache.ErrLockLost) {
+	if _, err := r.Commit(ctx, "k", entry("held", l.Fence()), l.Token()); !errors.Is(err, backend.ErrLockLost) {
 		t.Fatalf("Commit of a revoked holder = %v, want ErrLockLost", err)
 	}
 	if ok, _ := r.Set(ctx, "k", entry("unlocked", 0)); ok {
@@ -126,7 +126,7 @@ func TestRemote_sealedBoundToNamespaceAndKey(t *testing.T) {
 		t.Fatalf("Get = %+v, %v", e, f)
 	}
 	// Moved to another key, or read as another namespace's: no value.
-	if _, err := v.Save(ctx, "b", raw, cache.Save{Until: time.Now().Add(time.Minute)}); err != nil {
+	if _, err := v.Save(ctx, "b", raw, backend.Save{Until: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, f, err := r.Get(ctx, "b"); f != cache.Miss || err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
 
@@ -101,7 +102,7 @@ func TestInvalidate_tombstoneIsMissRevokesLockRefusesOlderWrites(t *testing.T) {
 		t.Fatalf("tombstone TTL %v, want within (0, %v]", ttl, testWrite.Hold)
 	}
 	// The holder that loaded before: its lock is gone, nothing written.
-	if _, err := r.Commit(ctx, "k", entry(user{Name: "old"}, holderFence), "tok"); !errors.Is(err, ErrLockLost) {
+	if _, err := r.Commit(ctx, "k", entry(user{Name: "old"}, holderFence), "tok"); !errors.Is(err, backend.ErrLockLost) {
 		t.Fatalf("holder Commit after Invalidate = %v, want ErrLockLost", err)
 	}
 	// An unlocked write is refused while the tombstone lives.

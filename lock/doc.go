@@ -7,25 +7,27 @@
 // forever), and the wait, how long a waiter is prepared to wait. This package
 // owns the lease; the wait belongs to the caller's loop and context.
 //
-// A [Lease] is released and extended only with the token it was granted
-// under, so a holder whose lease ran out cannot release its successor's lock.
-// Every grant carries a fencing number that only grows, so a store can refuse
-// a write-back from a superseded holder. [Redis] takes its fences from the
+// A lease ([backend.Lease]) is released and extended only with the token
+// it was granted under, so a holder whose lease ran out cannot release its
+// successor's lock. Every grant carries a fencing number that only grows,
+// so a store can refuse a write-back from a superseded holder. [Redis] takes its fences from the
 // Redis server's clock as well as a counter, so they keep growing when Redis
 // loses the counter (restart without persistence, FLUSHALL, eviction,
 // failover), provided the Redis hosts' clocks do not step back by more than
 // the outage.
 //
-// A holder proves it lives by beating: its watchdog ([Lease.KeepAlive])
+// A holder proves it lives by beating: its watchdog ([backend.Lease.KeepAlive])
 // extends the lease and records the beat. [Redis] hands a lock whose holder
 // has missed two of its own beats to the next TryAcquire, so a crashed or
 // partitioned holder is replaced within seconds by exactly one process,
 // not at the end of its lease; processes with different settings agree,
 // since each holder declares its own beat.
 //
-// Errors keep three outcomes apart: [ErrNotAcquired] (another holder has it),
-// a [*BackendError] (the backend failed; errors.Is(err, [ErrBackend])), and
-// the context's own error.
+// Errors keep three outcomes apart: [backend.ErrNotAcquired] (another
+// holder has it), a [*backend.BackendError] (the backend failed;
+// errors.Is(err, [backend.ErrBackend])), and the context's own error. The
+// lease and the errors are package backend's, which every locker shares,
+// this package's and those of the other backends.
 //
 // A [Notifier] carries "the value for this key has landed" from the holder to
 // the waiters, so that waiters are woken by the value rather than by polling.
@@ -33,24 +35,20 @@
 // # Exported names
 //
 // Users who lock without a pipeline need the lockers ([Memory], [Redis],
-// [NewRedis], [RedisOptions], [RedisClient], [DefaultHeartbeat],
-// [DefaultFenceRetention]), the [Locker] interface they share, the
-// [Lease] with its methods, and the errors ([ErrNotAcquired], [ErrNotHeld],
-// [ErrBackend], [BackendError]). [Redis.Wait] lets the owner of a Redis
-// locker wait for its background deletes before it leaves.
+// [NewRedis], [RedisOptions], [RedisClient], [DefaultFenceRetention]) and
+// the [Locker] interface they share, with package backend's
+// [backend.Lease], its errors and [backend.DefaultHeartbeat]. [Redis.Wait]
+// lets the owner of a Redis locker wait for its background deletes before
+// it leaves.
 //
 // Users who wake waiters need the notifiers: [Notifier], [MemoryNotifier],
-// [RedisNotifier], [NewRedisNotifier] and [Write] (what an announcement
-// carries).
+// [RedisNotifier] and [NewRedisNotifier].
 //
-// The pipeline also uses the one-round-trip forms ([Redis.TryAcquireOrGet],
-// [Look] and the batch methods), the notifiers' Mark and SubscribeSince
-// (a look first, a subscription only to wait) and [NotifierHooks]
-// (subscriptions that survive a lost connection, and health): they are
-// the lock's to know, and stay exported because package resilience is
-// another package.
+// The pipeline's own forms (the look that also tries the lock, the batch
+// beats and releases, the notifiers' marks, hooks and health) are in
+// package internal/rlock, which [Redis] and the notifiers wrap.
 //
-// Implementers of a backend other than Redis (resilience.Backend) need
-// [NewLease], [Holder] and [Grant]: how a locker outside this package hands
-// out leases with the package's watchdog, fencing and takeover.
+// Implementers of a backend other than Redis need package backend alone
+// ([backend.NewLease] hands out leases with the watchdog this package's
+// lockers use).
 package lock

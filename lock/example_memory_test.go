@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -33,7 +34,7 @@ func ExampleMemory() {
 		defer wg.Done()
 		<-held
 		_, err := locker.TryAcquire(ctx, "user:42", 30*time.Second)
-		fmt.Println("second: not acquired:", errors.Is(err, lock.ErrNotAcquired))
+		fmt.Println("second: not acquired:", errors.Is(err, backend.ErrNotAcquired))
 		close(released)
 	}()
 	wg.Wait()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -25,7 +26,7 @@ func ExampleNewRedis() {
 	ctx := context.Background()
 	lease, err := locker.TryAcquire(ctx, "42", 30*time.Second)
 	switch {
-	case errors.Is(err, lock.ErrNotAcquired):
+	case errors.Is(err, backend.ErrNotAcquired):
 		fmt.Println("another process is loading; wait for its announcement")
 		return
 	case err != nil:

@@ -2,11 +2,11 @@ package lock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/herdguard/herdguard/backend"
+	"github.com/herdguard/herdguard/internal/rlock"
 )
 
 // Memory is a [Locker] within one process: the embedded default when no
@@ -39,8 +39,8 @@ const minSweep = 1024
 var _ Locker = (*Memory)(nil)
 
 // TryAcquire implements [Locker].
-func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lease, error) {
-	if err := checkArgs(key, lease); err != nil {
+func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration) (*backend.Lease, error) {
+	if err := rlock.CheckArgs(key, lease); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -50,7 +50,7 @@ func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l, ok := m.locks[key]; ok && now.Before(l.expires) {
-		return nil, ErrNotAcquired
+		return nil, backend.ErrNotAcquired
 	}
 	if m.locks == nil {
 		m.locks = make(map[string]memLock)
@@ -58,10 +58,10 @@ func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration
 	if len(m.locks) >= max(m.sweepAt, minSweep) {
 		m.sweep(now)
 	}
-	tok := newToken()
+	tok := rlock.NewToken()
 	m.fence++
 	m.locks[key] = memLock{token: tok, expires: now.Add(lease)}
-	return newLease(m, key, tok, m.fence, lease, lease/3), nil
+	return newLease(m, key, tok, m.fence, lease, lease/3, false), nil
 }
 
 // sweep drops the locks whose lease has run out, and sets the size of the
@@ -93,11 +93,11 @@ func (m *Memory) release(_ context.Context, key, token string) error {
 	defer m.mu.Unlock()
 	l, ok := m.locks[key]
 	if !ok || l.token != token {
-		return ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	delete(m.locks, key) // the holder's own entry, even if its lease ran out
 	if !time.Now().Before(l.expires) {
-		return ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	return nil
 }
@@ -108,26 +108,9 @@ func (m *Memory) extend(_ context.Context, key, token string, lease time.Duratio
 	defer m.mu.Unlock()
 	l, ok := m.locks[key]
 	if !ok || l.token != token || !now.Before(l.expires) {
-		return ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	l.expires = now.Add(lease)
 	m.locks[key] = l
 	return nil
-}
-
-func checkArgs(key string, lease time.Duration) error {
-	if key == "" {
-		return fmt.Errorf("lock: empty key")
-	}
-	if lease <= 0 {
-		return fmt.Errorf("lock: lease must be positive, got %v", lease)
-	}
-	return nil
-}
-
-// newToken returns 16 random bytes, hex encoded.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
 }

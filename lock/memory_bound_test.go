@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/herdguard/herdguard/backend"
 )
 
 // entries counts what m keeps per key.
@@ -114,8 +116,8 @@ func TestMemory_Release_afterLeaseExpired(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second) // the fake clock: the lease runs out
-		if err := l.Release(ctx); !errors.Is(err, ErrNotHeld) {
-			t.Fatalf("late release: %v, want ErrNotHeld", err)
+		if err := l.Release(ctx); !errors.Is(err, backend.ErrNotHeld) {
+			t.Fatalf("late release: %v, want backend.ErrNotHeld", err)
 		}
 		if n := m.entries(); n != 0 {
 			t.Fatalf("%d entries after the late release, want 0", n)

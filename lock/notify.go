@@ -2,9 +2,10 @@ package lock
 
 import (
 	"context"
-	"hash/maphash"
-	"sync"
-	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdguard/herdguard/internal/rlock"
 )
 
 // Notifier announces that the value for a key has landed, and lets waiters
@@ -19,132 +20,58 @@ type Notifier interface {
 	Subscribe(key string) (<-chan struct{}, func())
 }
 
-// fanout delivers announcements to the local subscribers of each key. The
-// zero value is ready to use.
-//
-// It also remembers, per slot of key hashes, the number of the last
-// announcement it delivered, so that a caller may look first and subscribe
-// only when the look says it must wait: [fanout.mark] before the look,
-// [fanout.subscribeSince] after it, and an announcement delivered in
-// between is not lost (a key sharing the slot wakes the subscriber for
-// nothing, which costs it one look).
-type fanout struct {
-	mu   sync.Mutex // guards subs, and orders deliveries against subscriptions
-	subs map[string]map[chan struct{}]struct{}
-	seq  atomic.Uint64
-	last [markSlots]atomic.Uint64 // written under mu
-}
-
-// markSlots is how many slots of key hashes a fanout remembers its last
-// delivery for.
-const markSlots = 1024
-
-var markSeed = maphash.MakeSeed()
-
-func markSlot(key string) uint64 { return maphash.String(markSeed, key) % markSlots }
-
-// mark returns the number of the last announcement delivered, to pass to
-// subscribeSince.
-func (f *fanout) mark() uint64 { return f.seq.Load() }
-
-// subscribeSince is subscribe, with the channel already signalled when an
-// announcement of key (or of a key sharing its slot) was delivered after
-// mark returned m.
-func (f *fanout) subscribeSince(key string, m uint64) (<-chan struct{}, func()) {
-	ch, cancel := f.add(key)
-	// A delivery whose lock section came before subscribe's recorded its
-	// number first; one after it found the subscriber.
-	if f.last[markSlot(key)].Load() > m {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	return ch, cancel
-}
-
-func (f *fanout) subscribe(key string) (<-chan struct{}, func()) {
-	return f.add(key)
-}
-
-func (f *fanout) add(key string) (chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	f.mu.Lock()
-	if f.subs == nil {
-		f.subs = make(map[string]map[chan struct{}]struct{})
-	}
-	set := f.subs[key]
-	if set == nil {
-		set = make(map[chan struct{}]struct{})
-		f.subs[key] = set
-	}
-	set[ch] = struct{}{}
-	f.mu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if set := f.subs[key]; set != nil {
-				delete(set, ch)
-				if len(set) == 0 {
-					delete(f.subs, key)
-				}
-			}
-		})
-	}
-}
-
-// deliver signals every subscriber of key without blocking.
-func (f *fanout) deliver(key string) {
-	n := f.seq.Add(1)
-	slot := &f.last[markSlot(key)]
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if slot.Load() < n {
-		slot.Store(n)
-	}
-	for ch := range f.subs[key] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // MemoryNotifier is a [Notifier] within one process. The zero value is ready
 // to use.
-type MemoryNotifier struct{ f fanout }
+type MemoryNotifier struct{ n rlock.MemoryNotifier }
 
 // Notify signals the subscribers of key.
-func (n *MemoryNotifier) Notify(_ context.Context, key string) error {
-	n.f.deliver(key)
-	return nil
-}
+func (n *MemoryNotifier) Notify(ctx context.Context, key string) error { return n.n.Notify(ctx, key) }
 
 // Subscribe implements [Notifier].
-func (n *MemoryNotifier) Subscribe(key string) (<-chan struct{}, func()) { return n.f.subscribe(key) }
+func (n *MemoryNotifier) Subscribe(key string) (<-chan struct{}, func()) { return n.n.Subscribe(key) }
 
-// Mark returns a number to pass to SubscribeSince. A caller that takes a
-// mark before it looks, and subscribes with SubscribeSince only when it
-// must wait, loses no announcement made in between, and a look that finds
-// what it wanted costs no subscription.
-func (n *MemoryNotifier) Mark() uint64 { return n.f.mark() }
-
-// SubscribeSince is Subscribe, with the channel already signalled if key
-// may have been announced since Mark returned mark.
-func (n *MemoryNotifier) SubscribeSince(key string, mark uint64) (<-chan struct{}, func()) {
-	return n.f.subscribeSince(key, mark)
-}
+// RedisNotifier is a [Notifier] across processes: Notify publishes the key on
+// the namespace's Redis channel, and every RedisNotifier of that namespace
+// delivers it to its local subscribers.
+//
+// Each RedisNotifier holds one Redis subscription, however many keys its
+// subscribers wait for, so make one per process per pipeline and share it.
+// The subscription is checked for liveness: after a second without a
+// byte from Redis the notifier sends a PING on it, and after three seconds
+// without one it takes the connection for dead (a link that stopped
+// carrying bytes without closing, which TCP itself notices only minutes
+// later), closes it and subscribes again on a new one, as it does after a
+// broken connection. Announcements published
+// while it was down are lost, which is why waiters also poll. The owner
+// must call [RedisNotifier.Close]. RedisNotifier is safe for concurrent
+// use.
+type RedisNotifier struct{ n *rlock.RedisNotifier }
 
 var (
-	_ marker = (*MemoryNotifier)(nil)
-	_ marker = (*RedisNotifier)(nil)
+	_ Notifier = (*MemoryNotifier)(nil)
+	_ Notifier = (*RedisNotifier)(nil)
 )
 
-// marker is a [Notifier] with marks: both of the package's notifiers are.
-type marker interface {
-	Notifier
-	Mark() uint64
-	SubscribeSince(key string, mark uint64) (<-chan struct{}, func())
+// NewRedisNotifier starts the goroutine that subscribes to the
+// announcement channel of o.Namespace, checks the subscription and
+// delivers its messages; [RedisNotifier.Close] stops it. It does not wait
+// for Redis.
+func NewRedisNotifier(client redis.UniversalClient, o RedisOptions) (*RedisNotifier, error) {
+	n, err := rlock.NewRedisNotifier(client, rlock.RedisOptions(o))
+	if err != nil {
+		return nil, err
+	}
+	return &RedisNotifier{n: n}, nil
 }
+
+// Notify publishes key on the namespace's channel. A Redis failure is a
+// [*backend.BackendError] with Op "notify"; an ended ctx returns ctx's error.
+func (n *RedisNotifier) Notify(ctx context.Context, key string) error { return n.n.Notify(ctx, key) }
+
+// Subscribe implements [Notifier]. After Close, subscriptions still work
+// but receive nothing.
+func (n *RedisNotifier) Subscribe(key string) (<-chan struct{}, func()) { return n.n.Subscribe(key) }
+
+// Close ends the subscription and waits for the receive goroutine to
+// return. Closing twice returns the first result.
+func (n *RedisNotifier) Close() error { return n.n.Close() }

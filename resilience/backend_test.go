@@ -17,10 +17,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/resilience"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -91,7 +91,7 @@ func coldKeys(prefix string, n int) []string {
 	return keys
 }
 
-func overMemory(name string, m resilience.Backend) *resilience.Builder[string] {
+func overMemory(name string, m backend.Backend) *resilience.Builder[string] {
 	return resilience.New[string](name).Cache(time.Minute).Lock(resilience.LockSettings{}).Backend(m)
 }
 
@@ -149,7 +149,7 @@ func TestBackend_revokedLease_writeRefused(t *testing.T) {
 	var m backendtest.Memory
 	a := buildOver(t, overMemory("revoke", &m))
 	b := buildOver(t, overMemory("revoke", &m))
-	raw, err := m.Open(resilience.BackendScope{Namespace: "revoke", Heartbeat: time.Second})
+	raw, err := m.Open(backend.Scope{Namespace: "revoke", Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ type failing struct {
 
 var errDown = errors.New("backend down")
 
-func (f *failing) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (f *failing) Open(s backend.Scope) (backend.Shared, error) {
 	v, err := f.m.Open(s)
 	if err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ func (f *failing) Open(s resilience.BackendScope) (resilience.Shared, error) {
 }
 
 type failingView struct {
-	resilience.Shared
+	backend.Shared
 	f *failing
 }
 
@@ -224,12 +224,12 @@ func (v *failingView) fail(ctx context.Context) error {
 	return nil
 }
 
-func (v *failingView) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*lock.Lease, error) {
+func (v *failingView) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*backend.Lease, error) {
 	if v.f.lockDown.Load() {
-		return nil, &lock.BackendError{Op: "acquire", Err: errDown}
+		return nil, &backend.BackendError{Op: "acquire", Err: errDown}
 	}
 	if err := v.fail(ctx); err != nil {
-		return nil, &lock.BackendError{Op: "acquire", Err: err}
+		return nil, &backend.BackendError{Op: "acquire", Err: err}
 	}
 	return v.Shared.TryAcquire(ctx, key, ttl)
 }
@@ -241,7 +241,7 @@ func (v *failingView) Load(ctx context.Context, key string) ([]byte, error) {
 	return v.Shared.Load(ctx, key)
 }
 
-func (v *failingView) Save(ctx context.Context, key string, raw []byte, s cache.Save) (bool, error) {
+func (v *failingView) Save(ctx context.Context, key string, raw []byte, s backend.Save) (bool, error) {
 	if err := v.fail(ctx); err != nil {
 		return false, err
 	}
@@ -394,7 +394,7 @@ func TestBackend_encrypt_sealedInStore(t *testing.T) {
 	if err := a.Set(ctx, "s", secret); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := m.Open(resilience.BackendScope{Namespace: "sealed", Heartbeat: time.Second})
+	raw, err := m.Open(backend.Scope{Namespace: "sealed", Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,18 +419,18 @@ func TestBackend_encrypt_sealedInStore(t *testing.T) {
 // recording is a Backend that records its Opens and their Closes.
 type recording struct {
 	m      backendtest.Memory
-	scopes []resilience.BackendScope
+	scopes []backend.Scope
 	closed atomic.Int64
 }
 
-func (r *recording) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (r *recording) Open(s backend.Scope) (backend.Shared, error) {
 	r.scopes = append(r.scopes, s)
 	v, err := r.m.Open(s)
 	return &closeCounting{Shared: v, n: &r.closed}, err
 }
 
 type closeCounting struct {
-	resilience.Shared
+	backend.Shared
 	n *atomic.Int64
 }
 
@@ -443,7 +443,7 @@ func TestBackend_build_opensAndCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.scopes) != 1 || r.scopes[0] != (resilience.BackendScope{Namespace: "scoped", Heartbeat: time.Second}) {
+	if len(r.scopes) != 1 || r.scopes[0] != (backend.Scope{Namespace: "scoped", Heartbeat: time.Second}) {
 		t.Fatalf("opened with %+v", r.scopes)
 	}
 	if err := p.Close(); err != nil {
@@ -518,7 +518,7 @@ type refusing struct{}
 
 var errRefused = errors.New("no database")
 
-func (refusing) Open(resilience.BackendScope) (resilience.Shared, error) { return nil, errRefused }
+func (refusing) Open(backend.Scope) (backend.Shared, error) { return nil, errRefused }
 
 func TestBackend_build_openFails(t *testing.T) {
 	p, err := resilience.New[string]("x").Cache(time.Minute).Backend(refusing{}).Build()
@@ -529,7 +529,7 @@ func TestBackend_build_openFails(t *testing.T) {
 
 // systemView is a view with a System name.
 type systemView struct {
-	resilience.Shared
+	backend.Shared
 	system string
 }
 
@@ -537,11 +537,11 @@ func (v systemView) System() string { return v.system }
 
 // systemBackend opens its backend's views with a System name.
 type systemBackend struct {
-	resilience.Backend
+	backend.Backend
 	system string
 }
 
-func (b systemBackend) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (b systemBackend) Open(s backend.Scope) (backend.Shared, error) {
 	v, err := b.Backend.Open(s)
 	if err != nil {
 		return nil, err
@@ -554,11 +554,11 @@ func (b systemBackend) Open(s resilience.BackendScope) (resilience.Shared, error
 func TestCheck_backendDown_namesTheBackend(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		backend func(*failing) resilience.Backend
+		backend func(*failing) backend.Backend
 		want    string
 	}{
-		{"with System", func(f *failing) resilience.Backend { return systemBackend{Backend: f, system: "memory"} }, "memory check: "},
-		{"without System", func(f *failing) resilience.Backend { return f }, "backend check: "},
+		{"with System", func(f *failing) backend.Backend { return systemBackend{Backend: f, system: "memory"} }, "memory check: "},
+		{"without System", func(f *failing) backend.Backend { return f }, "backend check: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &failing{}
@@ -590,7 +590,7 @@ type beatWatch struct {
 	m backendtest.Memory
 }
 
-func (b *beatWatch) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (b *beatWatch) Open(s backend.Scope) (backend.Shared, error) {
 	v, err := b.m.Open(s)
 	if err != nil {
 		return nil, err
@@ -599,7 +599,7 @@ func (b *beatWatch) Open(s resilience.BackendScope) (resilience.Shared, error) {
 }
 
 type beatWatchView struct {
-	resilience.Shared
+	backend.Shared
 	beatOnce sync.Once
 	beat     chan struct{} // closed at the first Extend
 
@@ -607,21 +607,21 @@ type beatWatchView struct {
 	loads map[string]int
 }
 
-func (v *beatWatchView) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*lock.Lease, error) {
+func (v *beatWatchView) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*backend.Lease, error) {
 	l, err := v.Shared.TryAcquire(ctx, key, ttl)
 	if err != nil {
 		return nil, err
 	}
-	return lock.NewLease(v, lock.Grant{Key: l.Key(), Token: l.Token(), Fence: l.Fence(), TTL: l.TTL(), Heartbeat: l.Every(), TookOver: l.TookOver()}), nil
+	return backend.NewLease(v, backend.Grant{Key: l.Key(), Token: l.Token(), Fence: l.Fence(), TTL: l.TTL(), Heartbeat: l.Every(), TookOver: l.TookOver()}), nil
 }
 
 func (v *beatWatchView) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
 	v.beatOnce.Do(func() { close(v.beat) })
-	return v.Shared.(lock.Holder).Extend(ctx, key, token, ttl)
+	return v.Shared.(backend.Holder).Extend(ctx, key, token, ttl)
 }
 
 func (v *beatWatchView) Release(ctx context.Context, key, token string) error {
-	return v.Shared.(lock.Holder).Release(ctx, key, token)
+	return v.Shared.(backend.Holder).Release(ctx, key, token)
 }
 
 func (v *beatWatchView) Load(ctx context.Context, key string) ([]byte, error) {

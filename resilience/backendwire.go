@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
 )
 
@@ -37,7 +38,7 @@ var _ l2Store[int] = (*cache.Redis[int])(nil)
 // Set's and Invalidate's announcements made through the backend.
 type backendL2[V any] struct {
 	*cache.Remote[V]
-	shared Shared
+	shared backend.Shared
 }
 
 // Write stores e at a fence of its own, then announces it.
@@ -79,7 +80,7 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 		return err
 	}
 	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout, deadline: true}
-	sh, err := c.backend.Open(BackendScope{Namespace: c.name, Heartbeat: lockDefaults(c.lock).Heartbeat})
+	sh, err := c.backend.Open(backend.Scope{Namespace: c.name, Heartbeat: lockDefaults(c.lock).Heartbeat})
 	if err != nil {
 		return fmt.Errorf("resilience: pipeline %q: open the backend: %w", c.name, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/obs"
+	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -46,7 +47,7 @@ const scope = "github.com/herdguard/herdguard/resilience"
 // saying what to change; a setting that package breaker, cache or lock
 // then refuses comes alone, also as a [*ConfigError]. An error creating
 // the metric instruments from the MeterProvider is returned as it is, and
-// one of [Backend.Open] wrapped (errors.Is finds it).
+// one of [backend.Backend.Open] wrapped (errors.Is finds it).
 func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	c := b.c
 	errs := c.errs
@@ -187,7 +188,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if c.lockOn {
 		p.lockCfg = lockDefaults(c.lock)
 		if p.locker == nil { // embedded default
-			n := new(lock.MemoryNotifier)
+			n := new(rlock.MemoryNotifier)
 			p.locker, p.notifier = new(lock.Memory), n
 			p.co = &memoryCoord[V]{p: p, n: n}
 		}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/telemetry"
@@ -55,7 +56,7 @@ type config[V any] struct {
 	redis     redis.UniversalClient
 	redisOpts RedisOptions
 
-	backend     Backend
+	backend     backend.Backend
 	backendOpts BackendOptions
 
 	defaultFn func(ctx context.Context, key string, cause error) (V, error)
@@ -249,10 +250,10 @@ func (b *Builder[V]) RedisOptions(o RedisOptions) *Builder[V] {
 // Backend makes b the pipeline's coordination service, in place of Redis:
 // the shared cache (L2) behind the in-process one and, with
 // [Builder.Lock], the lock shared by every process on the same backend,
-// with the promises the pipeline keeps with Redis (see [Backend]). Build
+// with the promises the pipeline keeps with Redis (see [backend.Backend]). Build
 // opens b's view of the pipeline (its namespace is the pipeline's name)
 // and Close closes it. A pipeline has Redis or a Backend, not both.
-func (b *Builder[V]) Backend(be Backend) *Builder[V] {
+func (b *Builder[V]) Backend(be backend.Backend) *Builder[V] {
 	if isNil(be) {
 		return b.fail("Backend", "backend is nil")
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/aclcheck"
 )
 
@@ -18,7 +19,7 @@ type checkTarget struct {
 }
 
 // CheckError is what [Pipeline.Check] found wrong with the pipeline's
-// Redis or [Backend]. It never names a key.
+// Redis or [backend.Backend]. It never names a key.
 type CheckError struct {
 	Pipeline string
 	// Backend names what was checked: "Redis", or a Backend's System
@@ -53,9 +54,9 @@ func (e *CheckError) Unwrap() error { return e.Err }
 // redisName is CheckError.Backend for Redis.
 const redisName = "Redis"
 
-// backendName is what a [Backend]'s view is called in a [*CheckError]:
+// backendName is what a [backend.Backend]'s view is called in a [*CheckError]:
 // its System name, or "backend".
-func backendName(sh Shared) string {
+func backendName(sh backend.Shared) string {
 	if s, ok := sh.(interface{ System() string }); ok && s.System() != "" {
 		return s.System()
 	}

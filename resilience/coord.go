@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/lock"
 )
@@ -15,7 +16,7 @@ import (
 // coord is the coordination seam: what the stages ask of the service that
 // the processes of a pipeline share, whichever it is. Its adapters are
 // redisCoord (coord_redis.go: Redis, its scripts and its batched round
-// trips), backendCoord (coord_backend.go: any [Shared]) and memoryCoord
+// trips), backendCoord (coord_backend.go: any [backend.Shared]) and memoryCoord
 // (coord_memory.go: the embedded default, one process). The stages never
 // ask which one they run on.
 //
@@ -30,7 +31,7 @@ type coord[V any] interface {
 	// and for a refresh newer than the copy that called for it), tries
 	// key's lock, in one step. A look that found such a value has no
 	// lease; one that won the lock has it, with the stale copy, if any. It
-	// returns lock.ErrNotAcquired (with the stale copy) while a live
+	// returns backend.ErrNotAcquired (with the stale copy) while a live
 	// holder has the lock, and records its failures (on a span, in the
 	// metrics) itself. likely says that the value most likely landed (an
 	// announcement, or L1's word): an adapter whose plain read is cheaper
@@ -50,12 +51,12 @@ type coord[V any] interface {
 	commitMany(ctx context.Context, writes []cache.Write[V]) ([]cache.Written, error)
 	// extendMany extends leases, the watchdog's beat (of one lease, or a
 	// batch's); lost[i] says leases[i] was found gone.
-	extendMany(ctx context.Context, leases []*lock.Lease) (lost []bool, err error)
+	extendMany(ctx context.Context, leases []*backend.Lease) (lost []bool, err error)
 	// release gives lease back and wakes key's waiters.
-	release(ctx context.Context, key string, lease *lock.Lease)
+	release(ctx context.Context, key string, lease *backend.Lease)
 	// releaseMany is release for many leases, in as few round trips as
 	// the adapter can.
-	releaseMany(ctx context.Context, leases []*lock.Lease)
+	releaseMany(ctx context.Context, leases []*backend.Lease)
 	// mark is the announcements' mark now (0 without marks), and
 	// subscribe subscribes to key's announcements since mark: see
 	// Pipeline.subscribe.
@@ -94,7 +95,7 @@ func (w want) takes(written *time.Time, f cache.Freshness) bool {
 type look[V any] struct {
 	e     cache.Entry[V]
 	f     cache.Freshness
-	lease *lock.Lease
+	lease *backend.Lease
 	// readFailed is the failure of the read that followed the grant (an
 	// adapter that reads and locks in two steps): the holder loads under
 	// the lease, and its write-back is skipped, failing open.
@@ -125,7 +126,7 @@ func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want
 	lk := look[V]{e: e, f: f}
 	lease, err := p.tryAcquire(ctx, key)
 	switch {
-	case errors.Is(err, lock.ErrNotAcquired):
+	case errors.Is(err, backend.ErrNotAcquired):
 		return lk, err
 	case err != nil:
 		if ctx.Err() == nil {
@@ -195,8 +196,8 @@ func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read 
 }
 
 // leasesOf is the leases the looks won.
-func leasesOf[V any](looks []look[V]) []*lock.Lease {
-	var ls []*lock.Lease
+func leasesOf[V any](looks []look[V]) []*backend.Lease {
+	var ls []*backend.Lease
 	for _, lk := range looks {
 		if lk.lease != nil {
 			ls = append(ls, lk.lease)
@@ -213,13 +214,13 @@ const eachLimit = 64
 // wait for it. It never goes through the Redis breaker and runs past the
 // flight's end on a deadline of its own: a lock left behind would hold
 // every other process until a waiter sees its holder dead.
-func (p *Pipeline[V]) release(ctx context.Context, key string, lease *lock.Lease) {
+func (p *Pipeline[V]) release(ctx context.Context, key string, lease *backend.Lease) {
 	p.background(ctx, func(rctx context.Context) { p.co.release(rctx, key, lease) })
 }
 
 // releaseMany is release for many leases, in as few round trips as the
 // coordinator can.
-func (p *Pipeline[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
+func (p *Pipeline[V]) releaseMany(ctx context.Context, leases []*backend.Lease) {
 	if len(leases) == 0 {
 		return
 	}
@@ -235,18 +236,18 @@ func (p *Pipeline[V]) background(ctx context.Context, fn func(context.Context)) 
 
 // notifyRelease is release for an adapter whose lock does not announce
 // its release: the release, then the wake-up.
-func notifyRelease(ctx context.Context, n lock.Notifier, key string, lease *lock.Lease) {
+func notifyRelease(ctx context.Context, n lock.Notifier, key string, lease *backend.Lease) {
 	_ = lease.Release(ctx)
 	_ = n.Notify(ctx, key)
 }
 
 // extendEach is extendMany one lease after another.
-func extendEach(ctx context.Context, leases []*lock.Lease) ([]bool, error) {
+func extendEach(ctx context.Context, leases []*backend.Lease) ([]bool, error) {
 	lost := make([]bool, len(leases))
 	var errs []error
 	for i, l := range leases {
 		if err := l.Extend(ctx, l.TTL()); err != nil {
-			if errors.Is(err, lock.ErrNotHeld) {
+			if errors.Is(err, backend.ErrNotHeld) {
 				lost[i] = true
 				continue
 			}
@@ -256,7 +257,7 @@ func extendEach(ctx context.Context, leases []*lock.Lease) ([]bool, error) {
 	return lost, errors.Join(errs...)
 }
 
-// markNotifier is a notifier with marks (both of package lock's are): the
+// markNotifier is a notifier with marks (both of internal/rlock's are): the
 // leader takes a mark before its look, and subscribes only when it must
 // wait, losing no announcement made in between.
 type markNotifier interface {

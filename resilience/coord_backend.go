@@ -10,18 +10,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
-// backendCoord is the coordination seam over any [Shared] backend: its
+// backendCoord is the coordination seam over any [backend.Shared] backend: its
 // looks read, then lock, then read again (lookThenLock), its leases beat
 // one by one, and a release is followed by a Notify, since the backend's
 // Release need not wake anyone (its Save with Release does).
 type backendCoord[V any] struct {
 	p  *Pipeline[V]
-	sh Shared
+	sh backend.Shared
 	// system names the backend on spans (db.system.name); nil when the
 	// view does not say.
 	system []attribute.KeyValue
@@ -29,7 +29,7 @@ type backendCoord[V any] struct {
 
 var _ coord[int] = (*backendCoord[int])(nil)
 
-func newBackendCoord[V any](p *Pipeline[V], sh Shared) *backendCoord[V] {
+func newBackendCoord[V any](p *Pipeline[V], sh backend.Shared) *backendCoord[V] {
 	c := &backendCoord[V]{p: p, sh: sh}
 	if s, ok := sh.(interface{ System() string }); ok {
 		c.system = []attribute.KeyValue{telemetry.DBSystemName.String(s.System())}
@@ -48,18 +48,18 @@ func (c *backendCoord[V]) lookOrLock(ctx context.Context, key string, _ bool, w 
 }
 
 func (c *backendCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]look[V], error) {
-	if bm, ok := c.sh.(SharedMany); ok {
+	if bm, ok := c.sh.(backend.SharedMany); ok {
 		return c.lookThenLockBatch(ctx, bm, keys)
 	}
 	return c.p.lookThenLockMany(ctx, keys, c.read), nil
 }
 
-// lookThenLockBatch is lookThenLockMany over a view with [SharedMany]:
+// lookThenLockBatch is lookThenLockMany over a view with [backend.SharedMany]:
 // one LoadMany of every key, one TryAcquireMany of those not fresh, and
 // one LoadMany of those granted, since another process may have written
 // them in between (a value found then gives the lease back). Each lease
 // won beats from its grant, as lookThenLock's does.
-func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, keys []string) ([]look[V], error) {
+func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.SharedMany, keys []string) ([]look[V], error) {
 	looks := make([]look[V], len(keys))
 	if err := c.readMany(ctx, bm, keys, func(i int, e cache.Entry[V], f cache.Freshness) {
 		looks[i] = look[V]{e: e, f: f}
@@ -77,13 +77,13 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, 
 		return looks, nil
 	}
 	type acquired struct {
-		leases []*lock.Lease
+		leases []*backend.Lease
 		errs   []error
 	}
 	a, err := guard(ctx, c.p.redisGuard, func(ctx context.Context) (acquired, error) {
 		leases, errs := bm.TryAcquireMany(ctx, tkeys, c.p.lockCfg.Lease)
 		for _, err := range errs {
-			if err != nil && !errors.Is(err, lock.ErrNotAcquired) {
+			if err != nil && !errors.Is(err, backend.ErrNotAcquired) {
 				return acquired{leases, errs}, err // the breaker hears it
 			}
 		}
@@ -93,7 +93,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, 
 	var wkeys []string
 	var grants []*grant
 	for j, i := range todo {
-		var lease *lock.Lease
+		var lease *backend.Lease
 		kerr := err
 		if j < len(a.leases) && j < len(a.errs) {
 			lease, kerr = a.leases[j], a.errs[j]
@@ -105,7 +105,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, 
 		case kerr == nil:
 			won, wkeys = append(won, i), append(wkeys, keys[i])
 			grants = append(grants, c.p.hold(ctx, lease))
-		case errors.Is(kerr, lock.ErrNotAcquired):
+		case errors.Is(kerr, backend.ErrNotAcquired):
 			looks[i].err = kerr
 		default:
 			if lease != nil {
@@ -120,7 +120,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, 
 	if len(won) == 0 {
 		return looks, nil
 	}
-	var back []*lock.Lease // the leases to give back
+	var back []*backend.Lease // the leases to give back
 	err = c.readMany(ctx, bm, wkeys, func(j int, e cache.Entry[V], f cache.Freshness) {
 		lk := &looks[won[j]]
 		switch {
@@ -156,7 +156,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm SharedMany, 
 // readMany reads keys with LoadMany, as one span and one operation of the
 // breaker, and hands each key's entry to got (a per-key data problem is a
 // miss). Its error is recorded.
-func (c *backendCoord[V]) readMany(ctx context.Context, bm SharedMany, keys []string, got func(i int, e cache.Entry[V], f cache.Freshness)) error {
+func (c *backendCoord[V]) readMany(ctx context.Context, bm backend.SharedMany, keys []string, got func(i int, e cache.Entry[V], f cache.Freshness)) error {
 	var sp trace.Span
 	if c.p.tel.Tracing() {
 		ctx, sp = c.p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
@@ -227,16 +227,16 @@ func (c *backendCoord[V]) commitMany(ctx context.Context, writes []cache.Write[V
 // backendEachLimit bounds the writes a backend's batch sends at once.
 const backendEachLimit = 512
 
-func (c *backendCoord[V]) extendMany(ctx context.Context, leases []*lock.Lease) ([]bool, error) {
+func (c *backendCoord[V]) extendMany(ctx context.Context, leases []*backend.Lease) ([]bool, error) {
 	return extendEach(ctx, leases)
 }
 
-func (c *backendCoord[V]) release(ctx context.Context, key string, lease *lock.Lease) {
+func (c *backendCoord[V]) release(ctx context.Context, key string, lease *backend.Lease) {
 	notifyRelease(ctx, c.sh, key, lease)
 }
 
 // releaseMany releases the leases side by side, up to eachLimit at once.
-func (c *backendCoord[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
+func (c *backendCoord[V]) releaseMany(ctx context.Context, leases []*backend.Lease) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, eachLimit)
 	for _, l := range leases {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -19,17 +19,17 @@ type counted struct {
 	loadManys, acquireManys atomic.Int64
 }
 
-func (c *counted) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (c *counted) Open(s backend.Scope) (backend.Shared, error) {
 	v, err := c.m.Open(s)
 	if err != nil {
 		return nil, err
 	}
-	return &countedView{Shared: v, many: v.(resilience.SharedMany), c: c}, nil
+	return &countedView{Shared: v, many: v.(backend.SharedMany), c: c}, nil
 }
 
 type countedView struct {
-	resilience.Shared
-	many resilience.SharedMany
+	backend.Shared
+	many backend.SharedMany
 	c    *counted
 }
 
@@ -38,7 +38,7 @@ func (v *countedView) Load(ctx context.Context, key string) ([]byte, error) {
 	return v.Shared.Load(ctx, key)
 }
 
-func (v *countedView) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*lock.Lease, error) {
+func (v *countedView) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*backend.Lease, error) {
 	v.c.acquires.Add(1)
 	return v.Shared.TryAcquire(ctx, key, ttl)
 }
@@ -48,13 +48,13 @@ func (v *countedView) LoadMany(ctx context.Context, keys []string) ([][]byte, er
 	return v.many.LoadMany(ctx, keys)
 }
 
-func (v *countedView) TryAcquireMany(ctx context.Context, keys []string, ttl time.Duration) ([]*lock.Lease, []error) {
+func (v *countedView) TryAcquireMany(ctx context.Context, keys []string, ttl time.Duration) ([]*backend.Lease, []error) {
 	v.c.acquireManys.Add(1)
 	return v.many.TryAcquireMany(ctx, keys, ttl)
 }
 
 // TestBackend_getMany_usesTheBatchForms: over a view with the batch forms
-// (resilience.SharedMany), GetMany looks at a chunk of cold keys in one
+// (backend.SharedMany), GetMany looks at a chunk of cold keys in one
 // LoadMany, one TryAcquireMany and one more LoadMany, not in a Load, a
 // TryAcquire and a Load per key (300,000 calls for 100,000 keys); a second
 // pipeline then finds every value.

@@ -6,8 +6,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/internal/rlock"
 )
 
 // memoryCoord is the coordination seam of the embedded default: one
@@ -15,7 +16,7 @@ import (
 // waiters look at. It has no shared store to commit to.
 type memoryCoord[V any] struct {
 	p *Pipeline[V]
-	n *lock.MemoryNotifier
+	n *rlock.MemoryNotifier
 }
 
 var _ coord[int] = (*memoryCoord[int])(nil)
@@ -50,15 +51,15 @@ func (c *memoryCoord[V]) commitMany(context.Context, []cache.Write[V]) ([]cache.
 	return nil, errNoStore
 }
 
-func (c *memoryCoord[V]) extendMany(ctx context.Context, leases []*lock.Lease) ([]bool, error) {
+func (c *memoryCoord[V]) extendMany(ctx context.Context, leases []*backend.Lease) ([]bool, error) {
 	return extendEach(ctx, leases)
 }
 
-func (c *memoryCoord[V]) release(ctx context.Context, key string, lease *lock.Lease) {
+func (c *memoryCoord[V]) release(ctx context.Context, key string, lease *backend.Lease) {
 	notifyRelease(ctx, c.n, key, lease)
 }
 
-func (c *memoryCoord[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
+func (c *memoryCoord[V]) releaseMany(ctx context.Context, leases []*backend.Lease) {
 	for _, l := range leases {
 		notifyRelease(ctx, c.n, l.Key(), l)
 	}

@@ -8,12 +8,14 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/opbudget"
 	"github.com/herdguard/herdguard/internal/presence"
 	"github.com/herdguard/herdguard/internal/redisbatch"
+	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/internal/slotreload"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 	"github.com/redis/go-redis/v9"
 )
@@ -24,8 +26,8 @@ import (
 // same round trip, and a batch's leases are extended together.
 type redisCoord[V any] struct {
 	p  *Pipeline[V]
-	n  *lock.RedisNotifier
-	rl *lock.Redis // nil without Lock
+	n  *rlock.RedisNotifier
+	rl *rlock.Redis // nil without Lock
 	// found says whether the looks of late found their value.
 	found presence.Count
 }
@@ -70,7 +72,7 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool,
 		defer sp.End()
 	}
 	var raw []byte
-	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
+	lease, err := guard(ctx, p.redisGuard, func(ctx context.Context) (*backend.Lease, error) {
 		l, v, _, err := c.rl.TryAcquireOrGet(ctx, key, p.lockCfg.Lease, time.Now())
 		raw = v
 		return l, err
@@ -88,7 +90,7 @@ func (c *redisCoord[V]) lookOrLock(ctx context.Context, key string, likely bool,
 			return c.recheck(ctx, key, lk, w)
 		}
 	}
-	if counts && (err == nil || errors.Is(err, lock.ErrNotAcquired)) {
+	if counts && (err == nil || errors.Is(err, backend.ErrNotAcquired)) {
 		c.found.Saw(err == nil && lk.lease == nil)
 	}
 	if sp != nil {
@@ -132,10 +134,10 @@ func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]lo
 			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA"), attrKeys.Int(len(keys))))
 		defer sp.End()
 	}
-	ls, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]lock.Look, error) {
+	ls, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]rlock.Look, error) {
 		ls := c.rl.TryAcquireOrGetMany(ctx, keys, p.lockCfg.Lease, time.Now())
 		for _, l := range ls {
-			if l.Err != nil && !errors.Is(l.Err, lock.ErrNotAcquired) && classify(ctx, l.Err) != errData {
+			if l.Err != nil && !errors.Is(l.Err, backend.ErrNotAcquired) && classify(ctx, l.Err) != errData {
 				return ls, l.Err
 			}
 		}
@@ -144,7 +146,7 @@ func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]lo
 	if err != nil {
 		// A look that failed as a whole grants nothing: give back what
 		// it may have granted.
-		var granted []*lock.Lease
+		var granted []*backend.Lease
 		for _, l := range ls {
 			if l.Lease != nil {
 				granted = append(granted, l.Lease)
@@ -180,17 +182,17 @@ func (c *redisCoord[V]) commitMany(ctx context.Context, writes []cache.Write[V])
 	return c.p.l2.SetMany(ctx, writes)
 }
 
-func (c *redisCoord[V]) extendMany(ctx context.Context, leases []*lock.Lease) ([]bool, error) {
+func (c *redisCoord[V]) extendMany(ctx context.Context, leases []*backend.Lease) ([]bool, error) {
 	return c.rl.ExtendMany(ctx, leases)
 }
 
 // release gives the lease back; the Redis lock announces in the same
 // round trip.
-func (c *redisCoord[V]) release(ctx context.Context, _ string, lease *lock.Lease) {
+func (c *redisCoord[V]) release(ctx context.Context, _ string, lease *backend.Lease) {
 	_ = lease.Release(ctx)
 }
 
-func (c *redisCoord[V]) releaseMany(ctx context.Context, leases []*lock.Lease) {
+func (c *redisCoord[V]) releaseMany(ctx context.Context, leases []*backend.Lease) {
 	_ = c.rl.ReleaseMany(ctx, leases)
 }
 
@@ -216,7 +218,7 @@ func (c *redisCoord[V]) failReason() string { return "redis_error" }
 // their round trip starts, so that it measures Redis and never the time a
 // burst's commands spent waiting for their batch. Operations run on the caller's goroutine.
 //
-// The same guard bounds the operations on a [Backend], whose calls carry
+// The same guard bounds the operations on a [backend.Backend], whose calls carry
 // no batcher: deadline says so, and each operation then runs under
 // context.WithTimeout(opTimeout).
 type redisGuard struct {
@@ -244,8 +246,8 @@ func guard[T any](ctx context.Context, g *redisGuard, op func(context.Context) (
 			// The deadline bounds any backend as it is; one that counts
 			// the timeout from when its request is sent, not while it
 			// waits for its own pool, takes the caller's context and
-			// the timeout back with BackendBudget.
-			bctx := context.WithValue(ctx, backendBudgetKey{}, &backendBudget{caller: ctx, timeout: g.opTimeout})
+			// the timeout back with backend.Budget.
+			bctx := opbudget.With(ctx, ctx, g.opTimeout)
 			octx, cancel := context.WithTimeout(bctx, g.opTimeout)
 			v, err = op(octx)
 			cancel()
@@ -312,8 +314,8 @@ var infraReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", 
 // and the fallback chain (see [Builder.IsFailure]).
 func classify(ctx context.Context, err error) errClass {
 	switch {
-	case err == nil, errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrNotHeld),
-		errors.Is(err, cache.ErrExpiredEntry), errors.Is(err, cache.ErrLockLost):
+	case err == nil, errors.Is(err, backend.ErrNotAcquired), errors.Is(err, backend.ErrNotHeld),
+		errors.Is(err, cache.ErrExpiredEntry), errors.Is(err, backend.ErrLockLost):
 		return errNone
 	case isBreakerRefusal(err):
 		return errRefused
@@ -347,10 +349,10 @@ func classifyReply(err error) errClass {
 // processes Set or Invalidate, and every L1 entry whenever the
 // subscription is (re-)established: announcements published while it was
 // down are lost.
-func (p *Pipeline[V]) watchWrites(n *lock.RedisNotifier) {
+func (p *Pipeline[V]) watchWrites(n *rlock.RedisNotifier) {
 	p.writes.origin = newOrigin()
-	n.SetHooks(lock.NotifierHooks{
-		OnWrite: func(w lock.Write) {
+	n.SetHooks(rlock.NotifierHooks{
+		OnWrite: func(w rlock.Write) {
 			if w.Origin != p.writes.origin {
 				p.dropLocal(w.Key)
 			}

@@ -28,7 +28,7 @@
 //
 // [Builder.Backend] puts another coordination service in Redis's place (a
 // PostgreSQL database, a directory shared by the processes of a host):
-// the pipeline opens its [Shared] view, the shared cache, lock and
+// the pipeline opens its [backend.Shared] view, the shared cache, lock and
 // announcements of the pipeline's namespace, and keeps the same promises
 // over it, failing open when it fails.
 //
@@ -55,8 +55,8 @@
 // [ErrNilContext], [ErrNilLoader], [ErrWrongCall], [PanicError],
 // [ConfigError], [CheckError]).
 //
-// Implementers of a coordination backend other than Redis need [Backend],
-// [Shared], [BackendScope] and [BackendOptions]: the contract that lets a
-// pipeline keep its cross-process promises on another service (with
-// cache.Store and lock.NewLease).
+// Users of a coordination backend other than Redis need [Builder.Backend]
+// and [BackendOptions]; its implementers need package
+// github.com/herdguard/herdguard/backend alone (the contract, Backend and
+// Shared, with the lease and the errors it hands out).
 package resilience

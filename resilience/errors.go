@@ -45,7 +45,7 @@ func (e *ConfigError) Error() string {
 
 // PanicError is the error every waiter gets when the loader or a
 // fallback's Default panics, or the pipeline's own code does (a bug to
-// report; a [Backend]'s panic under a look is reported so too). The
+// report; a [backend.Backend]'s panic under a look is reported so too). The
 // process does not crash. A panic of background work, which has no caller
 // left to tell (a Backend's, in a release), is logged at error level with
 // its stack, at most once a minute, like the other episodes. A panic elsewhere in the user's

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/resilience"
@@ -55,12 +56,12 @@ func TestErrors_nameNoKey(t *testing.T) {
 // silentBackend is a backend whose announcements fail.
 type silentBackend struct{ *backendtest.Memory }
 
-func (b silentBackend) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (b silentBackend) Open(s backend.Scope) (backend.Shared, error) {
 	sh, err := b.Memory.Open(s)
 	return silentShared{sh}, err
 }
 
-type silentShared struct{ resilience.Shared }
+type silentShared struct{ backend.Shared }
 
 func (silentShared) Announce(context.Context, string, string) error {
 	return errors.New("announcement refused")

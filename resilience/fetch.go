@@ -11,8 +11,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 )
 
 // pending is what a look found that calls for a load, or a wait: the rest
@@ -133,7 +133,7 @@ func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V],
 		p.fillL1(key, pd.lk.e, o)
 		o.res, err = fromEntry(&pd.lk.e, SourceL2)
 		return pd, true, err
-	case pd.err != nil && !errors.Is(pd.err, lock.ErrNotAcquired) && ctx.Err() != nil:
+	case pd.err != nil && !errors.Is(pd.err, backend.ErrNotAcquired) && ctx.Err() != nil:
 		return pending[V]{relook: true}, false, nil
 	}
 	if pd.lk.f == cache.Stale {

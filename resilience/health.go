@@ -16,7 +16,7 @@ type Health struct {
 	// Subscribed is set when the pipeline, with Redis, has its
 	// announcement subscription confirmed by Redis and alive: a
 	// subscription whose connection carries no byte for
-	// lock.NotifierDeadAfter (3 s, a PING included) is taken for dead and
+	// 3 s (a PING included) is taken for dead and
 	// reported down until a new one is confirmed. Without it, waiters
 	// fall back to their poll, and other processes' Set and Invalidate
 	// reach this one's L1 only when it comes back (see Invalidate). With

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -111,7 +111,7 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g
 			g.released = true
 		}
 		switch {
-		case errors.Is(err, cache.ErrLockLost):
+		case errors.Is(err, backend.ErrLockLost):
 			p.leaseLost(ctx, sp)
 			return
 		case errors.Is(err, cache.ErrExpiredEntry):
@@ -233,7 +233,7 @@ func readFailed[V any](ctx context.Context, keys []string, err error, outs map[s
 
 // storeMany writes a batch's entries to L2 in one round trip, and to L1
 // those that L2 did not refuse; it returns the leases still to release.
-func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], items []*loadItem, outs map[string]*keyOut[V]) (release []*lock.Lease) {
+func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], items []*loadItem, outs map[string]*keyOut[V]) (release []*backend.Lease) {
 	if len(writes) == 0 {
 		return nil
 	}
@@ -270,7 +270,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], it
 			werr, stored = ws[i].Err, ws[i].Stored
 		}
 		switch {
-		case errors.Is(werr, cache.ErrLockLost):
+		case errors.Is(werr, backend.ErrLockLost):
 			it.lease.Forget()
 			lost++
 			continue
@@ -308,7 +308,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], it
 	return release
 }
 
-func appendLease(ls []*lock.Lease, l *lock.Lease) []*lock.Lease {
+func appendLease(ls []*backend.Lease, l *backend.Lease) []*backend.Lease {
 	if l == nil {
 		return ls
 	}

@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -70,7 +70,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 	if allNotFound {
 		err = nil
 	}
-	var release []*lock.Lease
+	var release []*backend.Lease
 	var writes []cache.Write[V]
 	var written []*loadItem
 	entries := make(map[string]cache.Entry[V], len(items))

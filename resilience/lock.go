@@ -9,8 +9,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -19,7 +19,7 @@ import (
 // waiter's wait.
 func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], pd *pending[V]) error {
 	lk, err := pd.lk, pd.err
-	if err != nil && !errors.Is(err, lock.ErrNotAcquired) {
+	if err != nil && !errors.Is(err, backend.ErrNotAcquired) {
 		switch classify(ctx, err) {
 		case errCanceled:
 			return err
@@ -43,7 +43,7 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		}
 		return p.holdAndLoad(ctx, key, load, lk.lease, o, lk.g)
 	}
-	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // lock.ErrNotAcquired
+	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // backend.ErrNotAcquired
 }
 
 // loadUnlocked loads without the lock because the service failed (err,
@@ -54,7 +54,7 @@ func (p *Pipeline[V]) loadUnlocked(ctx context.Context, sp trace.Span, err error
 	return p.loadAndStore(ctx, key, load, nil, o)
 }
 
-func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome string, start time.Time, lease *lock.Lease) {
+func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome string, start time.Time, lease *backend.Lease) {
 	waited := time.Since(start)
 	if sp != nil {
 		sp.SetAttributes(telemetry.LockOutcome.String(outcome), telemetry.LockWaitMS.Float64(float64(waited)/float64(time.Millisecond)))
@@ -70,8 +70,8 @@ func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome st
 	}
 }
 
-func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, error) {
-	return guard(ctx, p.redisGuard, func(ctx context.Context) (*lock.Lease, error) {
+func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*backend.Lease, error) {
+	return guard(ctx, p.redisGuard, func(ctx context.Context) (*backend.Lease, error) {
 		return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
 	})
 }
@@ -82,7 +82,7 @@ func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*lock.Lease, 
 //
 // g is the grant when its watchdog already beats (see hold); nil makes
 // one of lease.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *lock.Lease, o *outcome[V], g *grant) error {
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *backend.Lease, o *outcome[V], g *grant) error {
 	if g == nil {
 		g = p.hold(ctx, lease)
 	}
@@ -99,7 +99,7 @@ func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc
 // unlocked) and the Redis failure it goes on without (nil: none).
 type loadItem struct {
 	key      string
-	lease    *lock.Lease
+	lease    *backend.Lease
 	failOpen error
 	// lost is set when the lease was found lost by a watchdog (nil
 	// without a lease): the batch's, in own, or, when the lease beats
@@ -159,7 +159,7 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 		case lk.err == nil:
 			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
 			items = append(items, heldItem(k, lk))
-		case errors.Is(lk.err, lock.ErrNotAcquired):
+		case errors.Is(lk.err, backend.ErrNotAcquired):
 			if p.swr && f == cache.Stale && !e.NotFound {
 				// Another process refreshes it: serve the stale copy now.
 				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
@@ -202,7 +202,7 @@ func (p *Pipeline[V]) lookFailed(ctx context.Context, k string, err error, out *
 
 // grant is a lease this process holds while it loads.
 type grant struct {
-	lease *lock.Lease
+	lease *backend.Lease
 	// lost is set by the watchdog when an extension finds the lease gone
 	// (taken over, or lost with Redis's keys): the value is then not
 	// written back.
@@ -212,14 +212,14 @@ type grant struct {
 	released bool
 	// w is the lease's watchdog: a batch of one lease.
 	w     watchdog
-	one   [1]*lock.Lease
+	one   [1]*backend.Lease
 	onesL [1]*atomic.Bool
 }
 
 // hold starts lease's watchdog, which beats until end is called or ctx
 // ends, and returns the grant it marks lost: the batch's watchdog for a
 // batch of one.
-func (p *Pipeline[V]) hold(ctx context.Context, lease *lock.Lease) *grant {
+func (p *Pipeline[V]) hold(ctx context.Context, lease *backend.Lease) *grant {
 	g := &grant{lease: lease}
 	g.one[0], g.onesL[0] = lease, &g.lost
 	p.watch(ctx, &g.w, g.one[:], g.onesL[:])
@@ -248,7 +248,7 @@ func (p *Pipeline[V]) releaseLook(ctx context.Context, key string, lk *look[V]) 
 // (see lookThenLockMany), and waits for them.
 func (p *Pipeline[V]) holdMany(ctx context.Context, items []*loadItem) (stop func()) {
 	w := &watchdog{}
-	var leases []*lock.Lease
+	var leases []*backend.Lease
 	var lost []*atomic.Bool
 	var own []*grant
 	for _, it := range items {
@@ -278,13 +278,13 @@ type watchdog struct {
 	stopped bool
 	// leases are those not found lost yet; lost[i] is set when leases[i]
 	// is.
-	leases []*lock.Lease
+	leases []*backend.Lease
 	lost   []*atomic.Bool
 }
 
 // watch starts w, beating for leases every period of the one that beats
 // most often, until w is stopped, ctx ends, or every lease was found lost.
-func (p *Pipeline[V]) watch(ctx context.Context, w *watchdog, leases []*lock.Lease, lost []*atomic.Bool) {
+func (p *Pipeline[V]) watch(ctx context.Context, w *watchdog, leases []*backend.Lease, lost []*atomic.Bool) {
 	if len(leases) == 0 {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/resilience"
 )
@@ -19,7 +20,7 @@ import (
 // backend's bug, which reaches the pipeline's own code.
 type panickyBackend struct{ m backendtest.Memory }
 
-func (b *panickyBackend) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (b *panickyBackend) Open(s backend.Scope) (backend.Shared, error) {
 	sh, err := b.m.Open(s)
 	if err != nil {
 		return nil, err
@@ -27,7 +28,7 @@ func (b *panickyBackend) Open(s resilience.BackendScope) (resilience.Shared, err
 	return panickyView{sh}, nil
 }
 
-type panickyView struct{ resilience.Shared }
+type panickyView struct{ backend.Shared }
 
 func (panickyView) Load(context.Context, string) ([]byte, error) { panic("backend boom") }
 
@@ -35,7 +36,7 @@ func (panickyView) Load(context.Context, string) ([]byte, error) { panic("backen
 // a backend's bug in a release, which runs as background work.
 type notifyPanicky struct{ m backendtest.Memory }
 
-func (b *notifyPanicky) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (b *notifyPanicky) Open(s backend.Scope) (backend.Shared, error) {
 	sh, err := b.m.Open(s)
 	if err != nil {
 		return nil, err
@@ -43,7 +44,7 @@ func (b *notifyPanicky) Open(s resilience.BackendScope) (resilience.Shared, erro
 	return notifyPanickyView{sh}, nil
 }
 
-type notifyPanickyView struct{ resilience.Shared }
+type notifyPanickyView struct{ backend.Shared }
 
 func (notifyPanickyView) Notify(context.Context, string) error { panic("notify boom") }
 

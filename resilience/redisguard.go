@@ -9,8 +9,8 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redisbatch"
+	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/internal/slotreload"
-	"github.com/herdguard/herdguard/lock"
 )
 
 // releaseTimeout bounds a release, which never goes through the breaker:
@@ -51,7 +51,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 		return &ConfigError{Pipeline: c.name, Field: "Redis", Problem: err.Error()}
 	}
 	p.l2 = l2
-	n, err := lock.NewRedisNotifier(c.redis, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name})
+	n, err := rlock.NewRedisNotifier(c.redis, rlock.RedisOptions{Prefix: o.Prefix, Namespace: c.name})
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Redis", Problem: err.Error()}
 	}
@@ -64,7 +64,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 		return nil
 	}
 	ls := lockDefaults(c.lock)
-	lk, err := lock.NewRedis(batch, lock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true, Cluster: cluster})
+	lk, err := rlock.NewRedis(batch, rlock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true, Cluster: cluster})
 	if err != nil {
 		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
 	}

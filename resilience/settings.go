@@ -38,8 +38,8 @@ const (
 	DefaultLockHeartbeat = time.Second
 	// DefaultRedisTimeout bounds each Redis operation.
 	DefaultRedisTimeout = 200 * time.Millisecond
-	// DefaultBackendTimeout bounds each operation of a [Backend], from
-	// when the backend sends it (see [BackendBudget]). It is longer than
+	// DefaultBackendTimeout bounds each operation of a [backend.Backend], from
+	// when the backend sends it (see [backend.Budget]). It is longer than
 	// Redis's: a database statement serves a batch of calls, may wait for
 	// another process's row locks, and prepares itself on the first use
 	// of a new connection; on a busy two-core machine such statements

@@ -7,12 +7,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/redistest"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/internal/rlock"
 )
 
 // TestHealth_blackholedSubscription: pipeline B's link to Redis falls
 // into a black hole (bytes dropped, connections kept open). Its
-// subscription is found dead within lock.NotifierDeadAfter (Health says
+// subscription is found dead within rlock.NotifierDeadAfter (Health says
 // so), subscribed again on a new connection when the link heals (B drops
 // its L1, as after a reconnect), and B hears the next Set of pipeline A,
 // on another client, long before its L1TTL would have ended the old copy.
@@ -32,11 +32,11 @@ func TestHealth_blackholedSubscription(t *testing.T) {
 	proxy.Blackhole()
 	// The last byte came at the latest now; one ping interval of slack
 	// for a loaded machine.
-	took := within(t, lock.NotifierDeadAfter+lock.NotifierPingInterval, "Health().Subscribed false in the black hole",
+	took := within(t, rlock.NotifierDeadAfter+rlock.NotifierPingInterval, "Health().Subscribed false in the black hole",
 		func() bool { return !b.Health().Subscribed })
 	t.Logf("FIGURES a black-holed subscription reported down after %v", took.Round(time.Millisecond))
 	proxy.Restore()
-	took = within(t, 2*lock.NotifierDeadAfter, "Health().Subscribed true after the link healed",
+	took = within(t, 2*rlock.NotifierDeadAfter, "Health().Subscribed true after the link healed",
 		func() bool { return b.Health().Subscribed })
 	t.Logf("FIGURES subscribed again %v after the link healed", took.Round(time.Millisecond))
 	if b.writes.resubscribed.Load() == before {

@@ -11,8 +11,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -214,7 +214,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			p.fillL1(key, lk.e, o)
 			p.lockOutcome(ctx, sp, "waited", start, nil)
 			o.res, err = fromEntry(&lk.e, SourceWaited)
-		case errors.Is(lerr, lock.ErrNotAcquired):
+		case errors.Is(lerr, backend.ErrNotAcquired):
 			return keys
 		case ctx.Err() != nil:
 			err = lerr
@@ -367,7 +367,7 @@ func (p *Pipeline[V]) lookAgain(ctx context.Context, woken []string, load LoadMa
 		case lk.err == nil:
 			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
 			items = append(items, heldItem(k, lk))
-		case errors.Is(lk.err, lock.ErrNotAcquired):
+		case errors.Is(lk.err, backend.ErrNotAcquired):
 			held = append(held, k)
 		default:
 			if it := p.lookFailed(ctx, k, lk.err, out, start); it != nil {

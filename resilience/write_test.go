@@ -11,7 +11,7 @@ import (
 
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/internal/rlock"
 )
 
 // source is a loader over a value the test changes, like a database row.
@@ -259,7 +259,7 @@ func TestReconnect_dropsL1(t *testing.T) {
 		t.Fatal(err)
 	}
 	// B finds its subscription dead: no announcement reaches it now.
-	within(t, 2*lock.NotifierDeadAfter, "B's subscription found dead", func() bool { return !b.Health().Subscribed })
+	within(t, 2*rlock.NotifierDeadAfter, "B's subscription found dead", func() bool { return !b.Health().Subscribed })
 	if v, ok := l1Value(b, "k"); !ok || v != "v1" {
 		t.Fatalf("B heard the invalidation through a cut link: L1 = %q, %v", v, ok)
 	}

@@ -1,5 +1,5 @@
-// Package backendtest checks implementations of [resilience.Backend]
-// against the contract of [resilience.Shared] ([Run]), and holds a
+// Package backendtest checks implementations of [backend.Backend]
+// against the contract of [backend.Shared] ([Run]), and holds a
 // reference implementation in memory ([Memory]) that passes it.
 //
 // A backend's module runs the suite from one of its tests, with views
@@ -7,7 +7,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		b := newBackend(t) // the backend under test, on a fresh database
-//		backendtest.Run(t, func(t *testing.T, s resilience.BackendScope) resilience.Shared {
+//		backendtest.Run(t, func(t *testing.T, s backend.Scope) backend.Shared {
 //			v, err := b.Open(s)
 //			if err != nil {
 //				t.Fatal(err)
@@ -21,7 +21,7 @@
 // silent holder and none of a beating one, the fence rules of Save, a
 // Save with Release waking waiters, Notify and Announce reaching other
 // views, isolated namespaces, and concurrent acquires; and, for a view
-// with the batch forms ([resilience.SharedMany]; skipped without them),
+// with the batch forms ([backend.SharedMany]; skipped without them),
 // LoadMany answering each key as Load does, and TryAcquireMany granting
 // each free key as TryAcquire does, one winner per key among views asking
 // at once. It does not start processes; the backends' own tests do that.

@@ -9,12 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
-	"github.com/herdguard/herdguard/resilience"
+	"github.com/herdguard/herdguard/backend"
 )
 
-// Memory is a [resilience.Backend] in memory: every Open of one Memory
+// Memory is a [backend.Backend] in memory: every Open of one Memory
 // shares its state, as the processes sharing a database would, so that
 // pipelines of one process stand for pipelines of many. The zero value is
 // ready to use; it is safe for concurrent use.
@@ -23,7 +21,7 @@ type Memory struct {
 	spaces map[string]*space
 }
 
-var _ resilience.Backend = (*Memory)(nil)
+var _ backend.Backend = (*Memory)(nil)
 
 // errClosed is returned by the methods of a closed view.
 var errClosed = errors.New("backendtest: view closed")
@@ -57,8 +55,8 @@ type watcher struct {
 	onReset func()
 }
 
-// Open implements [resilience.Backend].
-func (m *Memory) Open(s resilience.BackendScope) (resilience.Shared, error) {
+// Open implements [backend.Backend].
+func (m *Memory) Open(s backend.Scope) (backend.Shared, error) {
 	if s.Namespace == "" {
 		return nil, errors.New("backendtest: empty namespace")
 	}
@@ -87,7 +85,7 @@ type view struct {
 	mine      map[*watcher]struct{}
 }
 
-var _ resilience.Shared = (*view)(nil)
+var _ backend.Shared = (*view)(nil)
 
 // System names the backend on spans.
 func (v *view) System() string { return "memory" }
@@ -137,7 +135,7 @@ func (sp *space) notify(key string) {
 	}
 }
 
-// Load implements cache.Store.
+// Load implements backend.Store.
 func (v *view) Load(ctx context.Context, key string) ([]byte, error) {
 	if err := v.check(ctx); err != nil {
 		return nil, err
@@ -151,8 +149,8 @@ func (v *view) Load(ctx context.Context, key string) ([]byte, error) {
 	return append([]byte(nil), val.raw...), nil
 }
 
-// Save implements cache.Store.
-func (v *view) Save(ctx context.Context, key string, raw []byte, s cache.Save) (bool, error) {
+// Save implements backend.Store.
+func (v *view) Save(ctx context.Context, key string, raw []byte, s backend.Save) (bool, error) {
 	if err := v.check(ctx); err != nil {
 		return false, err
 	}
@@ -164,7 +162,7 @@ func (v *view) Save(ctx context.Context, key string, raw []byte, s cache.Save) (
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if s.Token != "" && !sp.held(key, s.Token, now) {
-		return false, fmt.Errorf("backendtest: save: %w", cache.ErrLockLost)
+		return false, fmt.Errorf("backendtest: save: %w", backend.ErrLockLost)
 	}
 	stored := true
 	if old, ok := sp.values[key]; ok && now.Before(old.until) {
@@ -183,7 +181,7 @@ func (v *view) Save(ctx context.Context, key string, raw []byte, s cache.Save) (
 	return stored, nil
 }
 
-// NextFence implements cache.Store.
+// NextFence implements backend.Store.
 func (v *view) NextFence(ctx context.Context, key string, revoke bool) (int64, error) {
 	if err := v.check(ctx); err != nil {
 		return 0, err
@@ -201,10 +199,10 @@ func (v *view) NextFence(ctx context.Context, key string, revoke bool) (int64, e
 	return f, nil
 }
 
-// Notify implements resilience.Shared.
+// Notify implements backend.Shared.
 func (v *view) Notify(ctx context.Context, key string) error {
 	if err := v.check(ctx); err != nil {
-		return &lock.BackendError{Op: "notify", Err: err}
+		return &backend.BackendError{Op: "notify", Err: err}
 	}
 	v.sp.mu.Lock()
 	defer v.sp.mu.Unlock()
@@ -212,7 +210,7 @@ func (v *view) Notify(ctx context.Context, key string) error {
 	return nil
 }
 
-// Subscribe implements resilience.Shared.
+// Subscribe implements backend.Shared.
 func (v *view) Subscribe(key string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	sp := v.sp
@@ -235,7 +233,7 @@ func (v *view) Subscribe(key string) (<-chan struct{}, func()) {
 	}
 }
 
-// Announce implements resilience.Shared. The watchers hear it on the
+// Announce implements backend.Shared. The watchers hear it on the
 // caller's goroutine, before Announce returns.
 func (v *view) Announce(ctx context.Context, key, origin string) error {
 	if err := v.check(ctx); err != nil {
@@ -253,7 +251,7 @@ func (v *view) Announce(ctx context.Context, key, origin string) error {
 	return nil
 }
 
-// Watch implements resilience.Shared.
+// Watch implements backend.Shared.
 func (v *view) Watch(onWrite func(key, origin string), onReset func()) func() {
 	w := &watcher{onWrite: onWrite, onReset: onReset}
 	v.mu.Lock()
@@ -300,10 +298,10 @@ func (m *Memory) Reset() {
 	}
 }
 
-// Ping implements resilience.Shared.
+// Ping implements backend.Shared.
 func (v *view) Ping(ctx context.Context) error { return v.check(ctx) }
 
-// Close implements resilience.Shared: it ends the view's watches. Closing
+// Close implements backend.Shared: it ends the view's watches. Closing
 // twice returns nil.
 func (v *view) Close() error {
 	v.mu.Lock()

@@ -5,18 +5,18 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // The lock of a Memory view.
 
-// TryAcquire implements lock.Locker.
-func (v *view) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*lock.Lease, error) {
+// TryAcquire implements [backend.Shared].
+func (v *view) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*backend.Lease, error) {
 	if key == "" || ttl <= 0 {
 		return nil, fmt.Errorf("backendtest: acquire: bad key or lease %v", ttl)
 	}
 	if err := v.check(ctx); err != nil {
-		return nil, &lock.BackendError{Op: "acquire", Err: err}
+		return nil, &backend.BackendError{Op: "acquire", Err: err}
 	}
 	every := v.heartbeat
 	if every <= 0 || every > ttl/3 {
@@ -29,19 +29,19 @@ func (v *view) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*
 	tookOver := false
 	if l, ok := sp.locks[key]; ok && now.Before(l.expires) {
 		if now.Sub(l.beat) <= 2*l.every {
-			return nil, lock.ErrNotAcquired
+			return nil, backend.ErrNotAcquired
 		}
 		tookOver = true // the holder missed two beats
 	}
-	g := lock.Grant{Key: key, Token: newToken(), Fence: sp.next(key), TTL: ttl, Heartbeat: every, TookOver: tookOver}
+	g := backend.Grant{Key: key, Token: newToken(), Fence: sp.next(key), TTL: ttl, Heartbeat: every, TookOver: tookOver}
 	sp.locks[key] = memLock{token: g.Token, fence: g.Fence, expires: now.Add(ttl), beat: now, every: every}
-	return lock.NewLease(v, g), nil
+	return backend.NewLease(v, g), nil
 }
 
-// Inspect implements lock.Locker.
+// Inspect implements [backend.Shared].
 func (v *view) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
 	if err := v.check(ctx); err != nil {
-		return false, 0, &lock.BackendError{Op: "inspect", Err: err}
+		return false, 0, &backend.BackendError{Op: "inspect", Err: err}
 	}
 	now := time.Now()
 	v.sp.mu.Lock()
@@ -59,30 +59,30 @@ func (sp *space) held(key, token string, now time.Time) bool {
 	return ok && l.token == token && now.Before(l.expires)
 }
 
-// Release implements lock.Holder.
+// Release implements backend.Holder.
 func (v *view) Release(ctx context.Context, key, token string) error {
 	if err := v.check(ctx); err != nil {
-		return &lock.BackendError{Op: "release", Err: err}
+		return &backend.BackendError{Op: "release", Err: err}
 	}
 	v.sp.mu.Lock()
 	defer v.sp.mu.Unlock()
 	if !v.sp.held(key, token, time.Now()) {
-		return lock.ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	delete(v.sp.locks, key)
 	return nil
 }
 
-// Extend implements lock.Holder.
+// Extend implements backend.Holder.
 func (v *view) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := v.check(ctx); err != nil {
-		return &lock.BackendError{Op: "extend", Err: err}
+		return &backend.BackendError{Op: "extend", Err: err}
 	}
 	now := time.Now()
 	v.sp.mu.Lock()
 	defer v.sp.mu.Unlock()
 	if !v.sp.held(key, token, now) {
-		return lock.ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	l := v.sp.locks[key]
 	l.expires, l.beat = now.Add(ttl), now

@@ -4,16 +4,15 @@ import (
 	"context"
 	"time"
 
-	"github.com/herdguard/herdguard/lock"
-	"github.com/herdguard/herdguard/resilience"
+	"github.com/herdguard/herdguard/backend"
 )
 
-// The batch forms of a Memory view (resilience.SharedMany), beside its
+// The batch forms of a Memory view (backend.SharedMany), beside its
 // single-key forms.
 
-var _ resilience.SharedMany = (*view)(nil)
+var _ backend.SharedMany = (*view)(nil)
 
-// LoadMany implements resilience.SharedMany.
+// LoadMany implements backend.SharedMany.
 func (v *view) LoadMany(ctx context.Context, keys []string) ([][]byte, error) {
 	if err := v.check(ctx); err != nil {
 		return nil, err
@@ -30,9 +29,9 @@ func (v *view) LoadMany(ctx context.Context, keys []string) ([][]byte, error) {
 	return out, nil
 }
 
-// TryAcquireMany implements resilience.SharedMany.
-func (v *view) TryAcquireMany(ctx context.Context, keys []string, ttl time.Duration) ([]*lock.Lease, []error) {
-	leases, errs := make([]*lock.Lease, len(keys)), make([]error, len(keys))
+// TryAcquireMany implements backend.SharedMany.
+func (v *view) TryAcquireMany(ctx context.Context, keys []string, ttl time.Duration) ([]*backend.Lease, []error) {
+	leases, errs := make([]*backend.Lease, len(keys)), make([]error, len(keys))
 	for i, k := range keys {
 		leases[i], errs[i] = v.TryAcquire(ctx, k, ttl)
 	}

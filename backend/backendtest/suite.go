@@ -7,18 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
-	"github.com/herdguard/herdguard/resilience"
+	"github.com/herdguard/herdguard/backend"
 )
 
-// Run checks the contract of [resilience.Shared] on the views open
+// Run checks the contract of [backend.Shared] on the views open
 // returns. open opens a view of the backend under test for scope s; views
 // opened with the same namespace must share their keys, locks and
 // announcements, as the views of different processes do. Run closes each
 // view it opens. Each check uses namespaces of its own, so a persistent backend
 // may run it against one database or directory, repeatedly.
-func Run(t *testing.T, open func(t *testing.T, s resilience.BackendScope) resilience.Shared) {
+func Run(t *testing.T, open func(t *testing.T, s backend.Scope) backend.Shared) {
 	t.Helper()
 	s := suite{open: open}
 	for _, c := range []struct {
@@ -46,23 +44,23 @@ func Run(t *testing.T, open func(t *testing.T, s resilience.BackendScope) resili
 }
 
 type suite struct {
-	open func(t *testing.T, s resilience.BackendScope) resilience.Shared
+	open func(t *testing.T, s backend.Scope) backend.Shared
 }
 
 var nsSeq atomic.Int64
 
 // views opens n views of one fresh namespace, beating every heartbeat.
-func (s suite) views(t *testing.T, n int, heartbeat time.Duration) []resilience.Shared {
+func (s suite) views(t *testing.T, n int, heartbeat time.Duration) []backend.Shared {
 	t.Helper()
 	ns := "backendtest-" + newToken()[:12] + "-" + time.Now().Format("150405") + "-" + string(rune('a'+nsSeq.Add(1)%26))
 	return s.viewsOf(t, ns, n, heartbeat)
 }
 
-func (s suite) viewsOf(t *testing.T, ns string, n int, heartbeat time.Duration) []resilience.Shared {
+func (s suite) viewsOf(t *testing.T, ns string, n int, heartbeat time.Duration) []backend.Shared {
 	t.Helper()
-	out := make([]resilience.Shared, n)
+	out := make([]backend.Shared, n)
 	for i := range out {
-		v := s.open(t, resilience.BackendScope{Namespace: ns, Heartbeat: heartbeat})
+		v := s.open(t, backend.Scope{Namespace: ns, Heartbeat: heartbeat})
 		if v == nil {
 			t.Fatal("open returned nil")
 		}
@@ -82,7 +80,7 @@ func ctxOf(t *testing.T) context.Context {
 	return ctx
 }
 
-func acquire(t *testing.T, ctx context.Context, v resilience.Shared, key string, ttl time.Duration) *lock.Lease {
+func acquire(t *testing.T, ctx context.Context, v backend.Shared, key string, ttl time.Duration) *backend.Lease {
 	t.Helper()
 	l, err := v.TryAcquire(ctx, key, ttl)
 	if err != nil {
@@ -94,7 +92,7 @@ func acquire(t *testing.T, ctx context.Context, v resilience.Shared, key string,
 	return l
 }
 
-func save(t *testing.T, ctx context.Context, v resilience.Shared, key string, raw []byte, s cache.Save) bool {
+func save(t *testing.T, ctx context.Context, v backend.Shared, key string, raw []byte, s backend.Save) bool {
 	t.Helper()
 	if s.Until.IsZero() {
 		s.Until = time.Now().Add(time.Minute)
@@ -106,7 +104,7 @@ func save(t *testing.T, ctx context.Context, v resilience.Shared, key string, ra
 	return ok
 }
 
-func load(t *testing.T, ctx context.Context, v resilience.Shared, key string) []byte {
+func load(t *testing.T, ctx context.Context, v backend.Shared, key string) []byte {
 	t.Helper()
 	b, err := v.Load(ctx, key)
 	if err != nil {
@@ -131,8 +129,8 @@ func (s suite) exclusive(t *testing.T) {
 	vs := s.views(t, 2, time.Second)
 	l := acquire(t, ctx, vs[0], "k", 10*time.Second)
 	for i, v := range vs {
-		if _, err := v.TryAcquire(ctx, "k", 10*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
-			t.Fatalf("view %d: TryAcquire of a held key: %v, want lock.ErrNotAcquired", i, err)
+		if _, err := v.TryAcquire(ctx, "k", 10*time.Second); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("view %d: TryAcquire of a held key: %v, want backend.ErrNotAcquired", i, err)
 		}
 	}
 	if held, left, err := vs[1].Inspect(ctx, "k"); err != nil || !held || left <= 0 {
@@ -157,14 +155,14 @@ func (s suite) tokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := acquire(t, ctx, vs[1], "k", 10*time.Second)
-	if err := old.Extend(ctx, time.Second); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("Extend with a replaced token: %v, want lock.ErrNotHeld", err)
+	if err := old.Extend(ctx, time.Second); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Extend with a replaced token: %v, want backend.ErrNotHeld", err)
 	}
-	if err := old.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("Release with a replaced token: %v, want lock.ErrNotHeld", err)
+	if err := old.Release(ctx); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Release with a replaced token: %v, want backend.ErrNotHeld", err)
 	}
-	if _, err := vs[0].TryAcquire(ctx, "k", 10*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire after a stale token's Release: %v, want lock.ErrNotAcquired", err)
+	if _, err := vs[0].TryAcquire(ctx, "k", 10*time.Second); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquire after a stale token's Release: %v, want backend.ErrNotAcquired", err)
 	}
 	if err := cur.Extend(ctx, 10*time.Second); err != nil {
 		t.Fatalf("Extend of the current holder: %v", err)
@@ -172,8 +170,8 @@ func (s suite) tokens(t *testing.T) {
 	if err := cur.Release(ctx); err != nil {
 		t.Fatalf("Release of the current holder: %v", err)
 	}
-	if err := cur.Extend(ctx, time.Second); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("Extend after Release: %v, want lock.ErrNotHeld", err)
+	if err := cur.Extend(ctx, time.Second); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Extend after Release: %v, want backend.ErrNotHeld", err)
 	}
 	acquire(t, ctx, vs[0], "k", 10*time.Second)
 }
@@ -213,7 +211,7 @@ func (s suite) fences(t *testing.T) {
 		t.Fatal(err)
 	}
 	up("NextFence", f)
-	save(t, ctx, vs[0], "k", []byte("v"), cache.Save{Fence: f})
+	save(t, ctx, vs[0], "k", []byte("v"), backend.Save{Fence: f})
 	up("TryAcquire after a write", acquire(t, ctx, vs[1], "k", 10*time.Second).Fence())
 	// Fences are per key, yet never go down anywhere.
 	other := acquire(t, ctx, vs[0], "other", 10*time.Second)
@@ -235,13 +233,13 @@ func (s suite) takeover(t *testing.T) {
 	}
 	// It never beats: two beats later, one TryAcquire takes it over.
 	deadline := time.Now().Add(20 * beat)
-	var l *lock.Lease
+	var l *backend.Lease
 	for l == nil {
 		var err error
 		l, err = vs[1].TryAcquire(ctx, "k", 30*time.Second)
 		switch {
 		case err == nil:
-		case !errors.Is(err, lock.ErrNotAcquired):
+		case !errors.Is(err, backend.ErrNotAcquired):
 			t.Fatal(err)
 		case time.Now().After(deadline):
 			t.Fatalf("a holder silent for %v was not taken over", 20*beat)
@@ -255,14 +253,14 @@ func (s suite) takeover(t *testing.T) {
 	if l.Fence() <= dead.Fence() {
 		t.Fatalf("takeover fence %d not above %d", l.Fence(), dead.Fence())
 	}
-	if err := dead.Extend(ctx, 30*time.Second); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("the dead holder's Extend: %v, want lock.ErrNotHeld", err)
+	if err := dead.Extend(ctx, 30*time.Second); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("the dead holder's Extend: %v, want backend.ErrNotHeld", err)
 	}
-	if _, err := vs[0].Save(ctx, "k", []byte("late"), cache.Save{Fence: dead.Fence(), Token: dead.Token(), Until: time.Now().Add(time.Minute)}); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("the dead holder's Save: %v, want cache.ErrLockLost", err)
+	if _, err := vs[0].Save(ctx, "k", []byte("late"), backend.Save{Fence: dead.Fence(), Token: dead.Token(), Until: time.Now().Add(time.Minute)}); !errors.Is(err, backend.ErrLockLost) {
+		t.Fatalf("the dead holder's Save: %v, want backend.ErrLockLost", err)
 	}
-	if _, err := vs[0].TryAcquire(ctx, "k", 30*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire right after a takeover: %v, want lock.ErrNotAcquired", err)
+	if _, err := vs[0].TryAcquire(ctx, "k", 30*time.Second); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquire right after a takeover: %v, want backend.ErrNotAcquired", err)
 	}
 }
 
@@ -279,8 +277,8 @@ func (s suite) noTakeover(t *testing.T) {
 	l.KeepAlive(kctx, nil)
 	defer func() { _ = l.Release(ctx) }()
 	for end := time.Now().Add(6 * beat); time.Now().Before(end); time.Sleep(beat / 5) {
-		if _, err := vs[1].TryAcquire(ctx, "k", 30*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
-			t.Fatalf("TryAcquire of a beating holder's lock: %v, want lock.ErrNotAcquired", err)
+		if _, err := vs[1].TryAcquire(ctx, "k", 30*time.Second); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("TryAcquire of a beating holder's lock: %v, want backend.ErrNotAcquired", err)
 		}
 	}
 }

@@ -7,22 +7,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
-	"github.com/herdguard/herdguard/resilience"
+	"github.com/herdguard/herdguard/backend"
 )
 
-// The checks of the batch forms ([resilience.SharedMany]), for a view that
+// The checks of the batch forms ([backend.SharedMany]), for a view that
 // has them; a view without them skips them.
 
 // many returns vs as SharedMany views, skipping t when they are not.
-func many(t *testing.T, vs []resilience.Shared) []resilience.SharedMany {
+func many(t *testing.T, vs []backend.Shared) []backend.SharedMany {
 	t.Helper()
-	out := make([]resilience.SharedMany, len(vs))
+	out := make([]backend.SharedMany, len(vs))
 	for i, v := range vs {
-		m, ok := v.(resilience.SharedMany)
+		m, ok := v.(backend.SharedMany)
 		if !ok {
-			t.Skip("the view has no batch forms (resilience.SharedMany)")
+			t.Skip("the view has no batch forms (backend.SharedMany)")
 		}
 		out[i] = m
 	}
@@ -36,9 +34,9 @@ func (s suite) loadMany(t *testing.T) {
 	ctx := ctxOf(t)
 	vs := s.views(t, 2, time.Second)
 	ms := many(t, vs)
-	save(t, ctx, vs[0], "a", []byte("va"), cache.Save{})
-	save(t, ctx, vs[0], "c", []byte("vc"), cache.Save{})
-	save(t, ctx, vs[0], "gone", []byte("x"), cache.Save{Until: time.Now().Add(-time.Second)})
+	save(t, ctx, vs[0], "a", []byte("va"), backend.Save{})
+	save(t, ctx, vs[0], "c", []byte("vc"), backend.Save{})
+	save(t, ctx, vs[0], "gone", []byte("x"), backend.Save{Until: time.Now().Add(-time.Second)})
 	keys := []string{"c", "b", "a", "gone"}
 	for i, m := range ms {
 		got, err := m.LoadMany(ctx, keys)
@@ -59,7 +57,7 @@ func (s suite) loadMany(t *testing.T) {
 
 // tryAcquireMany: TryAcquireMany grants each free key, with a fence above
 // the key's earlier grants and a token of its own, and refuses the keys a
-// live holder has (in this view or another) with lock.ErrNotAcquired; its
+// live holder has (in this view or another) with backend.ErrNotAcquired; its
 // leases release and extend as TryAcquire's do; of many views asking the
 // same keys at once, one wins each key.
 func (s suite) tryAcquireMany(t *testing.T) {
@@ -76,8 +74,8 @@ func (s suite) tryAcquireMany(t *testing.T) {
 	if len(leases) != len(keys) || len(errs) != len(keys) {
 		t.Fatalf("TryAcquireMany of %d keys: %d leases, %d errors", len(keys), len(leases), len(errs))
 	}
-	if !errors.Is(errs[1], lock.ErrNotAcquired) || leases[1] != nil {
-		t.Fatalf("TryAcquireMany of a held key: %v, %v; want lock.ErrNotAcquired", leases[1], errs[1])
+	if !errors.Is(errs[1], backend.ErrNotAcquired) || leases[1] != nil {
+		t.Fatalf("TryAcquireMany of a held key: %v, %v; want backend.ErrNotAcquired", leases[1], errs[1])
 	}
 	for _, j := range []int{0, 2} {
 		l := leases[j]
@@ -89,13 +87,13 @@ func (s suite) tryAcquireMany(t *testing.T) {
 		t.Fatalf("TryAcquireMany's grants: fence %d after %d, tokens %q and %q; want a larger fence, tokens of their own",
 			leases[2].Fence(), first.Fence(), leases[0].Token(), leases[2].Token())
 	}
-	if _, err := vs[2].TryAcquire(ctx, "b", 10*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire of a key TryAcquireMany granted: %v; want lock.ErrNotAcquired", err)
+	if _, err := vs[2].TryAcquire(ctx, "b", 10*time.Second); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a key TryAcquireMany granted: %v; want backend.ErrNotAcquired", err)
 	}
 	if err := leases[0].Extend(ctx, 10*time.Second); err != nil {
 		t.Fatalf("Extend of a lease TryAcquireMany granted: %v", err)
 	}
-	for _, l := range []*lock.Lease{leases[0], leases[2], held} {
+	for _, l := range []*backend.Lease{leases[0], leases[2], held} {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release of %q: %v", l.Key(), err)
 		}
@@ -106,7 +104,7 @@ func (s suite) tryAcquireMany(t *testing.T) {
 		keys[i] = fmt.Sprintf("k%d", i)
 	}
 	type result struct {
-		leases []*lock.Lease
+		leases []*backend.Lease
 		errs   []error
 	}
 	results := make(chan result, len(ms))
@@ -123,7 +121,7 @@ func (s suite) tryAcquireMany(t *testing.T) {
 			switch {
 			case r.errs[j] == nil:
 				wins[j]++
-			case !errors.Is(r.errs[j], lock.ErrNotAcquired):
+			case !errors.Is(r.errs[j], backend.ErrNotAcquired):
 				t.Errorf("TryAcquireMany of %q: %v", keys[j], r.errs[j])
 			}
 		}

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // The checks of the store and of the notifications between views.
@@ -17,7 +16,7 @@ func (s suite) saveFences(t *testing.T) {
 	ctx := ctxOf(t)
 	vs := s.views(t, 2, time.Second)
 	// Unfenced writes replace each other.
-	if !save(t, ctx, vs[0], "k", []byte("a"), cache.Save{}) || !save(t, ctx, vs[1], "k", []byte("b"), cache.Save{}) {
+	if !save(t, ctx, vs[0], "k", []byte("a"), backend.Save{}) || !save(t, ctx, vs[1], "k", []byte("b"), backend.Save{}) {
 		t.Fatal("an unfenced write over an unfenced one was refused")
 	}
 	if got := string(load(t, ctx, vs[0], "k")); got != "b" {
@@ -28,20 +27,20 @@ func (s suite) saveFences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !save(t, ctx, vs[0], "k", []byte("f2"), cache.Save{Fence: f2}) {
+	if !save(t, ctx, vs[0], "k", []byte("f2"), backend.Save{Fence: f2}) {
 		t.Fatal("a fenced write over an unfenced one was refused")
 	}
-	if save(t, ctx, vs[1], "k", []byte("f1"), cache.Save{Fence: f1}) {
+	if save(t, ctx, vs[1], "k", []byte("f1"), backend.Save{Fence: f1}) {
 		t.Fatal("a write below the stored fence went through")
 	}
-	if save(t, ctx, vs[1], "k", []byte("zero"), cache.Save{}) {
+	if save(t, ctx, vs[1], "k", []byte("zero"), backend.Save{}) {
 		t.Fatal("an unfenced write over a fenced one went through")
 	}
 	if got := string(load(t, ctx, vs[1], "k")); got != "f2" {
 		t.Fatalf("Load = %q, want f2", got)
 	}
 	f3, _ := vs[1].NextFence(ctx, "k", false)
-	if !save(t, ctx, vs[1], "k", []byte("f3"), cache.Save{Fence: f3}) {
+	if !save(t, ctx, vs[1], "k", []byte("f3"), backend.Save{Fence: f3}) {
 		t.Fatal("a write above the stored fence was refused")
 	}
 	if got := string(load(t, ctx, vs[0], "k")); got != "f3" {
@@ -59,15 +58,15 @@ func (s suite) saveRevoked(t *testing.T) {
 	if _, err := vs[1].NextFence(ctx, "k", true); err != nil {
 		t.Fatal(err)
 	}
-	_, err := vs[0].Save(ctx, "k", []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: time.Now().Add(time.Minute)})
-	if !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Save under a revoked grant: %v, want cache.ErrLockLost", err)
+	_, err := vs[0].Save(ctx, "k", []byte("v"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: time.Now().Add(time.Minute)})
+	if !errors.Is(err, backend.ErrLockLost) {
+		t.Fatalf("Save under a revoked grant: %v, want backend.ErrLockLost", err)
 	}
 	if b := load(t, ctx, vs[1], "k"); b != nil {
 		t.Fatalf("Save under a revoked grant wrote %q", b)
 	}
-	if err := l.Extend(ctx, 30*time.Second); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("Extend of a revoked grant: %v, want lock.ErrNotHeld", err)
+	if err := l.Extend(ctx, 30*time.Second); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Extend of a revoked grant: %v, want backend.ErrNotHeld", err)
 	}
 	acquire(t, ctx, vs[1], "k", 30*time.Second)
 }
@@ -78,7 +77,7 @@ func (s suite) saveRelease(t *testing.T) {
 	ch, unsubscribe := vs[1].Subscribe("k")
 	defer unsubscribe()
 	l := acquire(t, ctx, vs[0], "k", 30*time.Second)
-	if !save(t, ctx, vs[0], "k", []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true}) {
+	if !save(t, ctx, vs[0], "k", []byte("v"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true}) {
 		t.Fatal("the holder's write was refused")
 	}
 	if !woken(ch, 5*time.Second) {
@@ -87,12 +86,12 @@ func (s suite) saveRelease(t *testing.T) {
 	if got := string(load(t, ctx, vs[1], "k")); got != "v" {
 		t.Fatalf("Load = %q, want v", got)
 	}
-	if err := l.Extend(ctx, time.Second); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("Extend after Save with Release: %v, want lock.ErrNotHeld", err)
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Extend after Save with Release: %v, want backend.ErrNotHeld", err)
 	}
 	l2 := acquire(t, ctx, vs[1], "k", 30*time.Second)
 	// A refused write with Release releases too.
-	if save(t, ctx, vs[1], "k", []byte("old"), cache.Save{Fence: l.Fence() - 1, Token: l2.Token(), Release: true}) {
+	if save(t, ctx, vs[1], "k", []byte("old"), backend.Save{Fence: l.Fence() - 1, Token: l2.Token(), Release: true}) {
 		t.Fatal("a write below the stored fence went through")
 	}
 	acquire(t, ctx, vs[0], "k", 30*time.Second)
@@ -155,7 +154,7 @@ func (s suite) isolated(t *testing.T) {
 	b := s.views(t, 1, time.Second)[0]
 	acquire(t, ctx, a, "k", 30*time.Second)
 	acquire(t, ctx, b, "k", 30*time.Second)
-	save(t, ctx, a, "v", []byte("a"), cache.Save{})
+	save(t, ctx, a, "v", []byte("a"), backend.Save{})
 	if got := load(t, ctx, b, "v"); got != nil {
 		t.Fatalf("another namespace's value leaked: %q", got)
 	}
@@ -183,7 +182,7 @@ func (s suite) isolated(t *testing.T) {
 func (s suite) until(t *testing.T) {
 	ctx := ctxOf(t)
 	v := s.views(t, 1, time.Second)[0]
-	save(t, ctx, v, "k", []byte("v"), cache.Save{Until: time.Now().Add(300 * time.Millisecond)})
+	save(t, ctx, v, "k", []byte("v"), backend.Save{Until: time.Now().Add(300 * time.Millisecond)})
 	if got := string(load(t, ctx, v, "k")); got != "v" {
 		t.Fatalf("Load before Until = %q", got)
 	}
@@ -192,9 +191,9 @@ func (s suite) until(t *testing.T) {
 		t.Fatalf("Load after Until = %q, want nil", got)
 	}
 	// A value past its Until refuses no write.
-	save(t, ctx, v, "f", []byte("fenced"), cache.Save{Fence: 1 << 40, Until: time.Now().Add(200 * time.Millisecond)})
+	save(t, ctx, v, "f", []byte("fenced"), backend.Save{Fence: 1 << 40, Until: time.Now().Add(200 * time.Millisecond)})
 	time.Sleep(300 * time.Millisecond)
-	if !save(t, ctx, v, "f", []byte("new"), cache.Save{}) {
+	if !save(t, ctx, v, "f", []byte("new"), backend.Save{}) {
 		t.Fatal("a write over an entry past its Until was refused")
 	}
 }
@@ -212,7 +211,7 @@ func (s suite) concurrent(t *testing.T) {
 			switch {
 			case err == nil:
 				wins.Add(1)
-			case errors.Is(err, lock.ErrNotAcquired):
+			case errors.Is(err, backend.ErrNotAcquired):
 				lost.Add(1)
 			default:
 				t.Errorf("TryAcquire: %v", err)

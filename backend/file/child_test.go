@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/podproc"
-	"github.com/herdguard/herdguard/resilience"
 )
 
 // childEnv selects a child process's role; childArgs carries its
@@ -111,7 +110,7 @@ func openChild(cfg childConfig) (*Shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b.open(resilience.BackendScope{Namespace: cfg.Namespace, Heartbeat: cfg.Heartbeat})
+	return b.open(backend.Scope{Namespace: cfg.Namespace, Heartbeat: cfg.Heartbeat})
 }
 
 // childHold takes the lock, beats, prints "acquired <fence>" and waits to
@@ -131,8 +130,8 @@ func childHold(cfg childConfig) error {
 	l.KeepAlive(ctx, func(err error) { lost <- err })
 	fmt.Printf("acquired %d\n", l.Fence())
 	<-lost
-	_, err = s.Save(ctx, cfg.Key, []byte("late"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true})
-	fmt.Printf("lost %v\n", errors.Is(err, cache.ErrLockLost))
+	_, err = s.Save(ctx, cfg.Key, []byte("late"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true})
+	fmt.Printf("lost %v\n", errors.Is(err, backend.ErrLockLost))
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent ends
 	return nil
 }

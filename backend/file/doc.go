@@ -1,4 +1,4 @@
-// Package file is a coordination backend ([resilience.Backend]) for the
+// Package file is a coordination backend ([backend.Backend]) for the
 // processes of one host that share no server: cron jobs, command-line
 // tools, a few workers on one machine. They share values, locks and
 // announcements through a directory.
@@ -52,7 +52,7 @@
 //   - no unexpired grant: the lock is free, it is granted;
 //   - a grant whose holder had the flock, and the flock was free: the
 //     holder's process is gone (the kernel drops a dead process's flocks),
-//     and the lock is taken over at once ([lock.Lease.TookOver]);
+//     and the lock is taken over at once ([backend.Lease.TookOver]);
 //   - a grant whose last beat is older than the holder declared (two of
 //     its heartbeats): the holder is stopped, hung or too slow, and the
 //     lock is taken over by rewriting the state with a new token, although
@@ -60,12 +60,12 @@
 //     it lives by its beats alone, and picks the flock up at a later beat
 //     once the old holder lets it go (until then, were it to crash, it
 //     would be taken over two of its beats after its last one);
-//   - otherwise a live holder has it: [lock.ErrNotAcquired].
+//   - otherwise a live holder has it: [backend.ErrNotAcquired].
 //
 // A holder whose grant was replaced finds out at its next beat, Save or
 // Release: the token in the state file is no longer its own, so Save
-// returns [cache.ErrLockLost] and writes nothing, and Extend and Release
-// return [lock.ErrNotHeld]. flock(2) locks belong to the open file
+// returns [backend.ErrLockLost] and writes nothing, and Extend and Release
+// return [backend.ErrNotHeld]. flock(2) locks belong to the open file
 // description: two holders in one process exclude each other as two
 // processes do, and closing another descriptor of the same file does not
 // drop a holder's lock (fcntl locks would be dropped).
@@ -112,7 +112,7 @@
 //   - Deleting the directory (or a namespace's subdirectory) while
 //     processes run loses the values and the grants: the files are
 //     recreated on the next write, a holder whose grant vanished gets
-//     [cache.ErrLockLost] on its write-back, and a key may be loaded once
+//     [backend.ErrLockLost] on its write-back, and a key may be loaded once
 //     more. Callers see no error from it: the pipeline fails open on the
 //     errors of the moment.
 //   - flock(2) is not available on Windows: there, [New] fails.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // Keys may be secrets: no error of the backend's names one.
@@ -27,11 +27,11 @@ func TestErrors_nameNoKey(t *testing.T) {
 		{"acquire, lease not positive", func() error { _, err := s.TryAcquire(context.Background(), key, 0); return err }},
 		{"acquire, context ended", func() error { _, err := s.TryAcquire(canceled, key, time.Minute); return err }},
 		{"save, negative fence", func() error {
-			_, err := s.Save(context.Background(), key, []byte("v"), cache.Save{Fence: -1})
+			_, err := s.Save(context.Background(), key, []byte("v"), backend.Save{Fence: -1})
 			return err
 		}},
 		{"save, lock lost", func() error {
-			_, err := s.Save(context.Background(), key+"-held", []byte("v"), cache.Save{Token: "not-the-holder", Fence: held.Fence()})
+			_, err := s.Save(context.Background(), key+"-held", []byte("v"), backend.Save{Token: "not-the-holder", Fence: held.Fence()})
 			return err
 		}},
 	}

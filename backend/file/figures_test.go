@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // figuresEnv turns the figures tests on:
@@ -56,7 +56,7 @@ func TestFiguresShared(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Save(ctx, key, raw, cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: time.Now().Add(time.Hour)}); err != nil {
+		if _, err := s.Save(ctx, key, raw, backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 		l.Forget()
@@ -82,7 +82,7 @@ func TestFiguresShared(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := s.Save(ctx, "w", raw, cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true}); err != nil {
+		if _, err := s.Save(ctx, "w", raw, backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true}); err != nil {
 			t.Fatal(err)
 		}
 		l.Forget()

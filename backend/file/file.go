@@ -14,8 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/herdguard/herdguard/lock"
-	"github.com/herdguard/herdguard/resilience"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // Defaults of [Options].
@@ -62,7 +61,7 @@ type Backend struct {
 	sweep time.Duration
 }
 
-var _ resilience.Backend = (*Backend)(nil)
+var _ backend.Backend = (*Backend)(nil)
 
 // New returns a backend that keeps its files under dir, creating it (mode
 // 0700) if needed. It refuses an empty dir. Every process that shares dir
@@ -108,13 +107,13 @@ func (s *Shared) Subscribed() bool { return s.subscribed.Load() && !s.closed() }
 // Dir returns the backend's directory, made absolute.
 func (b *Backend) Dir() string { return b.dir }
 
-// Open implements [resilience.Backend]: it creates s.Namespace's
+// Open implements [backend.Backend]: it creates s.Namespace's
 // subdirectory and returns its view.
-func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (b *Backend) Open(s backend.Scope) (backend.Shared, error) {
 	return b.open(s)
 }
 
-func (b *Backend) open(s resilience.BackendScope) (*Shared, error) {
+func (b *Backend) open(s backend.Scope) (*Shared, error) {
 	if s.Namespace == "" {
 		return nil, errors.New("file: namespace is empty")
 	}
@@ -145,7 +144,7 @@ func (b *Backend) open(s resilience.BackendScope) (*Shared, error) {
 }
 
 // Shared is one namespace's view of a [Backend]; it implements
-// [resilience.Shared]. It is safe for concurrent use.
+// [backend.Shared]. It is safe for concurrent use.
 type Shared struct {
 	root      string
 	heartbeat time.Duration
@@ -174,8 +173,8 @@ type Shared struct {
 }
 
 var (
-	_ resilience.Shared = (*Shared)(nil)
-	_ lock.Holder       = (*Shared)(nil)
+	_ backend.Shared = (*Shared)(nil)
+	_ backend.Holder = (*Shared)(nil)
 )
 
 func (s *Shared) valueDir() string { return filepath.Join(s.root, "v") }

@@ -9,18 +9,18 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
-var _ lock.Locker = (*Shared)(nil)
+var _ backend.Shared = (*Shared)(nil)
 
-// TryAcquire implements [lock.Locker]; see the package's documentation for
-// the rules. It returns [lock.ErrNotAcquired] when a live holder has key, a
-// [*lock.BackendError] when the directory fails, and an error matching
+// TryAcquire implements [backend.Shared]; see the package's documentation for
+// the rules. It returns [backend.ErrNotAcquired] when a live holder has key, a
+// [*backend.BackendError] when the directory fails, and an error matching
 // ctx's when ctx ends first. The lease beats every heartbeat of the scope
 // the view was opened with (or every third of the lease, if shorter), and
 // declares itself dead two beats after its last one.
-func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration) (*lock.Lease, error) {
+func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration) (*backend.Lease, error) {
 	if lease <= 0 {
 		return nil, fmt.Errorf("lock: acquire: lease must be positive, got %v", lease)
 	}
@@ -96,17 +96,17 @@ func (s *Shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 	})
 	if err != nil || busy {
 		if busy {
-			return nil, lock.ErrNotAcquired
+			return nil, backend.ErrNotAcquired
 		}
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil, fmt.Errorf("lock: acquire: %w", err)
 		}
-		return nil, &lock.BackendError{Op: "acquire", Err: err}
+		return nil, &backend.BackendError{Op: "acquire", Err: err}
 	}
 	s.heldMu.Lock()
 	s.held[tok] = fd
 	s.heldMu.Unlock()
-	return lock.NewLease(s, lock.Grant{
+	return backend.NewLease(s, backend.Grant{
 		Key: key, Token: tok, Fence: fence, TTL: lease, Heartbeat: beat, TookOver: tookOver,
 	}), nil
 }
@@ -127,7 +127,7 @@ func takeFlock(fd *os.File) (bool, error) {
 	return true, nil
 }
 
-// Inspect implements [lock.Locker]: key is held when its grant is
+// Inspect implements [backend.Shared]: key is held when its grant is
 // unexpired, its holder beat within the time it declared, and its process
 // lives (a grant with the flock whose flock is free has none).
 func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
@@ -145,7 +145,7 @@ func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 		return err
 	})
 	if err != nil {
-		return false, 0, &lock.BackendError{Op: "inspect", Err: err}
+		return false, 0, &backend.BackendError{Op: "inspect", Err: err}
 	}
 	now := nowMicro()
 	if !st.granted(now) || now-st.beat > st.dead || gone {
@@ -154,7 +154,7 @@ func (s *Shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 	return true, time.Duration(st.expires-now) * time.Microsecond, nil
 }
 
-// Release implements [lock.Holder]: it clears key's grant if token holds
+// Release implements [backend.Holder]: it clears key's grant if token holds
 // it and drops the grant's flock, under the mutex. It wakes nobody but
 // the waiters that the lock file's close wakes (on Linux): the pipeline
 // notifies after a release.
@@ -178,15 +178,15 @@ func (s *Shared) Release(ctx context.Context, key, token string) error {
 	})
 	s.dropHeld(token) // if the mutex was not had
 	if err != nil {
-		return &lock.BackendError{Op: "release", Err: err}
+		return &backend.BackendError{Op: "release", Err: err}
 	}
 	if !held {
-		return lock.ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	return nil
 }
 
-// Extend implements [lock.Holder]: if token holds key, the lease is reset
+// Extend implements [backend.Holder]: if token holds key, the lease is reset
 // to ttl from now and the beat recorded. A holder that took the lock over
 // from a stopped one, and so has no flock yet, tries for it again.
 func (s *Shared) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
@@ -211,10 +211,10 @@ func (s *Shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		return s.writeInPlace(spath, st.encode())
 	})
 	if err != nil {
-		return &lock.BackendError{Op: "extend", Err: err}
+		return &backend.BackendError{Op: "extend", Err: err}
 	}
 	if lost {
-		return lock.ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	return nil
 }

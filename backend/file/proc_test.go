@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // holdInChild starts a child process that takes key's lock and beats
@@ -35,7 +35,7 @@ func TestTakeoverOfKilledHolder(t *testing.T) {
 	dir := t.TempDir()
 	c, fence := holdInChild(t, dir, "kill", "k", time.Hour)
 	s := openTest(t, dir, "kill", time.Second)
-	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while the child holds = %v", err)
 	}
 	if err := c.Kill(time.Minute); err != nil { // reaped: the kernel has dropped its flocks
@@ -64,19 +64,19 @@ func TestTakeoverOfStoppedHolder(t *testing.T) {
 	c, fence := holdInChild(t, dir, "stop", "k", beat)
 	s := openTest(t, dir, "stop", beat)
 	time.Sleep(3 * beat) // it beats: still held
-	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while the child beats = %v", err)
 	}
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	var l *lock.Lease
+	var l *backend.Lease
 	stopped := time.Now()
 	for l == nil {
 		var err error
 		l, err = s.TryAcquire(ctx, "k", time.Minute)
 		switch {
-		case errors.Is(err, lock.ErrNotAcquired):
+		case errors.Is(err, backend.ErrNotAcquired):
 			if time.Since(stopped) > time.Minute {
 				t.Fatal("a stopped holder was never taken over")
 			}
@@ -89,7 +89,7 @@ func TestTakeoverOfStoppedHolder(t *testing.T) {
 		t.Fatalf("took over %v, fence %d after the child's %d", l.TookOver(), l.Fence(), fence)
 	}
 	// Only one taker.
-	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("second TryAcquire after the takeover = %v", err)
 	}
 	l.KeepAlive(ctx, nil)
@@ -102,7 +102,7 @@ func TestTakeoverOfStoppedHolder(t *testing.T) {
 	// The new holder beats on and keeps the lock; once the old holder let
 	// its flock go, the new one picks it up at a beat.
 	time.Sleep(3 * beat)
-	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while the new holder beats = %v", err)
 	}
 	st, err := readState(s.lockDir() + "/" + hashName("k") + ".state")

@@ -13,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
-	"github.com/herdguard/herdguard/resilience"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // openTest opens namespace ns of a backend in dir (a fresh one when dir is
@@ -29,7 +27,7 @@ func openTest(t *testing.T, dir, ns string, heartbeat time.Duration) *Shared {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := b.open(resilience.BackendScope{Namespace: ns, Heartbeat: heartbeat})
+	s, err := b.open(backend.Scope{Namespace: ns, Heartbeat: heartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +47,12 @@ func TestNewRefusesEmptyDir(t *testing.T) {
 	if b.System() != "file" {
 		t.Fatalf("System() = %q", b.System())
 	}
-	s, err := b.Open(resilience.BackendScope{Namespace: "perm"})
+	s, err := b.Open(backend.Scope{Namespace: "perm"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Save(context.Background(), "k", []byte("v"), cache.Save{}); err != nil {
+	if _, err := s.Save(context.Background(), "k", []byte("v"), backend.Save{}); err != nil {
 		t.Fatal(err)
 	}
 	err = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
@@ -88,17 +86,17 @@ func TestExclusiveAndTokenChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []*Shared{a, b} {
-		if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+		if _, err := s.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 			t.Fatalf("second TryAcquire = %v, want ErrNotAcquired", err)
 		}
 	}
 	if held, rem, err := b.Inspect(ctx, "k"); err != nil || !held || rem <= 0 {
 		t.Fatalf("Inspect = %v, %v, %v", held, rem, err)
 	}
-	if err := b.Release(ctx, "k", "not-the-token"); !errors.Is(err, lock.ErrNotHeld) {
+	if err := b.Release(ctx, "k", "not-the-token"); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Release(wrong token) = %v", err)
 	}
-	if err := b.Extend(ctx, "k", "not-the-token", time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+	if err := b.Extend(ctx, "k", "not-the-token", time.Minute); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Extend(wrong token) = %v", err)
 	}
 	if err := l1.Extend(ctx, time.Minute); err != nil {
@@ -115,7 +113,7 @@ func TestExclusiveAndTokenChecked(t *testing.T) {
 	if l2.TookOver() || l2.Fence() <= l1.Fence() {
 		t.Fatalf("second grant: took over %v, fence %d after %d", l2.TookOver(), l2.Fence(), l1.Fence())
 	}
-	if err := a.Extend(ctx, "k", l1.Token(), time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+	if err := a.Extend(ctx, "k", l1.Token(), time.Minute); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Extend(released token) = %v", err)
 	}
 }
@@ -150,7 +148,7 @@ func TestFlockSurvivesOtherDescriptor(t *testing.T) {
 	}
 	// The state, not only the flock, keeps the lock: a grant whose flock
 	// is free counts as dead only because the flock is free.
-	if _, err := s.TryAcquire(ctx, "k", time.Hour); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := s.TryAcquire(ctx, "k", time.Hour); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire = %v, want ErrNotAcquired", err)
 	}
 }
@@ -178,7 +176,7 @@ func TestFencesIncrease(t *testing.T) {
 			t.Fatal(err)
 		}
 		next(l.Fence(), "TryAcquire")
-		if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true}); err != nil {
+		if _, err := s.Save(ctx, "k", []byte("v"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true}); err != nil {
 			t.Fatal(err)
 		}
 		l.Forget()
@@ -207,7 +205,7 @@ func TestSaveFenceRules(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, "", "save", time.Second)
 	until := time.Now().Add(time.Minute)
-	save := func(v string, w cache.Save) (bool, error) {
+	save := func(v string, w backend.Save) (bool, error) {
 		w.Until = until
 		return s.Save(ctx, "k", []byte(v), w)
 	}
@@ -218,16 +216,16 @@ func TestSaveFenceRules(t *testing.T) {
 		}
 		return string(b)
 	}
-	if ok, err := save("unlocked", cache.Save{}); !ok || err != nil {
+	if ok, err := save("unlocked", backend.Save{}); !ok || err != nil {
 		t.Fatalf("Save(fence 0) on nothing = %v, %v", ok, err)
 	}
-	if ok, err := save("f10", cache.Save{Fence: 10}); !ok || err != nil {
+	if ok, err := save("f10", backend.Save{Fence: 10}); !ok || err != nil {
 		t.Fatalf("Save(fence 10) = %v, %v", ok, err)
 	}
-	if ok, err := save("f5", cache.Save{Fence: 5}); ok || err != nil {
+	if ok, err := save("f5", backend.Save{Fence: 5}); ok || err != nil {
 		t.Fatalf("Save(fence 5) over 10 = %v, %v", ok, err)
 	}
-	if ok, err := save("f0", cache.Save{}); ok || err != nil {
+	if ok, err := save("f0", backend.Save{}); ok || err != nil {
 		t.Fatalf("Save(fence 0) over 10 = %v, %v", ok, err)
 	}
 	if got := load(); got != "f10" {
@@ -247,10 +245,10 @@ func TestSaveFenceRules(t *testing.T) {
 	if f <= l.Fence() {
 		t.Fatalf("NextFence %d not above the grant's %d", f, l.Fence())
 	}
-	if ok, err := save("late", cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true}); ok || !errors.Is(err, cache.ErrLockLost) {
+	if ok, err := save("late", backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true}); ok || !errors.Is(err, backend.ErrLockLost) {
 		t.Fatalf("Save with a revoked token = %v, %v; want ErrLockLost", ok, err)
 	}
-	if err := l.Extend(ctx, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+	if err := l.Extend(ctx, time.Minute); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Extend of a revoked grant = %v", err)
 	}
 	if got := load(); got != "f10" {
@@ -266,10 +264,10 @@ func TestSaveFenceRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := save("newer", cache.Save{Fence: nf}); !ok || err != nil {
+	if ok, err := save("newer", backend.Save{Fence: nf}); !ok || err != nil {
 		t.Fatalf("Save(NextFence) = %v, %v", ok, err)
 	}
-	if ok, err := save("older", cache.Save{Fence: l2.Fence(), Token: l2.Token(), Release: true}); ok || err != nil {
+	if ok, err := save("older", backend.Save{Fence: l2.Fence(), Token: l2.Token(), Release: true}); ok || err != nil {
 		t.Fatalf("Save below the stored fence = %v, %v", ok, err)
 	}
 	l2.Forget()
@@ -280,7 +278,7 @@ func TestSaveFenceRules(t *testing.T) {
 		t.Fatalf("Load = %q, want newer", got)
 	}
 	// Past its until, a value is gone.
-	if ok, err := s.Save(ctx, "short", []byte("x"), cache.Save{Until: time.Now().Add(20 * time.Millisecond)}); !ok || err != nil {
+	if ok, err := s.Save(ctx, "short", []byte("x"), backend.Save{Until: time.Now().Add(20 * time.Millisecond)}); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	time.Sleep(30 * time.Millisecond)
@@ -296,7 +294,7 @@ func TestKeysAnyBytesAndCollisions(t *testing.T) {
 	s := openTest(t, "", "keys", time.Second)
 	keys := []string{"", "/", "../../etc/passwd", "a\x00b", strings.Repeat("x", 5000), "ключ"}
 	for i, k := range keys {
-		if _, err := s.Save(ctx, k, []byte{byte(i)}, cache.Save{}); err != nil {
+		if _, err := s.Save(ctx, k, []byte{byte(i)}, backend.Save{}); err != nil {
 			t.Fatalf("Save(%q): %v", k, err)
 		}
 	}
@@ -388,7 +386,7 @@ func TestDirectoryRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	removeDir(t, dir)
-	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token()}); !errors.Is(err, cache.ErrLockLost) {
+	if _, err := s.Save(ctx, "k", []byte("v"), backend.Save{Fence: l.Fence(), Token: l.Token()}); !errors.Is(err, backend.ErrLockLost) {
 		t.Fatalf("Save of a vanished grant = %v, want ErrLockLost", err)
 	}
 	l.Forget()
@@ -396,7 +394,7 @@ func TestDirectoryRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire after removal: %v", err)
 	}
-	if ok, err := s.Save(ctx, "k", []byte("v2"), cache.Save{Fence: l2.Fence(), Token: l2.Token(), Release: true}); !ok || err != nil {
+	if ok, err := s.Save(ctx, "k", []byte("v2"), backend.Save{Fence: l2.Fence(), Token: l2.Token(), Release: true}); !ok || err != nil {
 		t.Fatalf("Save after removal = %v, %v", ok, err)
 	}
 	l2.Forget()
@@ -430,10 +428,10 @@ func TestDirectoryRemoved(t *testing.T) {
 func TestSweep(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, "", "sweep", time.Second)
-	if _, err := s.Save(ctx, "old", []byte("x"), cache.Save{Until: time.Now().Add(10 * time.Millisecond)}); err != nil {
+	if _, err := s.Save(ctx, "old", []byte("x"), backend.Save{Until: time.Now().Add(10 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Save(ctx, "kept", []byte("x"), cache.Save{Until: time.Now().Add(time.Hour)}); err != nil {
+	if _, err := s.Save(ctx, "kept", []byte("x"), backend.Save{Until: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	l, err := s.TryAcquire(ctx, "free", time.Minute)
@@ -455,7 +453,7 @@ func TestSweep(t *testing.T) {
 	if exists(filepath.Join(s.lockDir(), hashName("free")+".state")) || !exists(filepath.Join(s.lockDir(), hashName("held")+".lock")) {
 		t.Fatal("sweep did not remove just the free lock's files")
 	}
-	if _, err := s.TryAcquire(ctx, "held", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := s.TryAcquire(ctx, "held", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("held lock after sweep: %v", err)
 	}
 }

@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/backend"
 )
 
-var _ cache.Store = (*Shared)(nil)
+var _ backend.Store = (*Shared)(nil)
 
-// Load implements [cache.Store]: it reads key's value file without any
+// Load implements [backend.Store]: it reads key's value file without any
 // lock (values are replaced by rename), and returns nil for none, for one
 // past its until, and for a file that holds another key or foreign bytes.
 func (s *Shared) Load(ctx context.Context, key string) ([]byte, error) {
@@ -63,13 +63,13 @@ func storedFence(path, key string) (int64, error) {
 	return v.fence, nil
 }
 
-// Save implements [cache.Store]. Under the namespace's mutex it checks
+// Save implements [backend.Store]. Under the namespace's mutex it checks
 // s.Token against key's grant (a lost grant returns an error matching
-// [cache.ErrLockLost] and writes nothing), applies the fence rule (a write
+// [backend.ErrLockLost] and writes nothing), applies the fence rule (a write
 // below the stored fence, or without a lock over a locked write, is
 // refused), writes by rename, and with s.Release releases the grant. A
 // release, or a write without a token, then wakes key's waiters.
-func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save) (bool, error) {
+func (s *Shared) Save(ctx context.Context, key string, raw []byte, w backend.Save) (bool, error) {
 	if w.Fence < 0 {
 		return false, errors.New("file: save: negative fence")
 	}
@@ -86,7 +86,7 @@ func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 			}
 			if st.token != w.Token || !st.granted(now.UnixMicro()) {
 				s.dropHeld(w.Token) // under the mutex (see TryAcquire)
-				return cache.ErrLockLost
+				return backend.ErrLockLost
 			}
 		}
 		cur, ok, err := readValue(vpath, key)
@@ -119,8 +119,8 @@ func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 		}
 		return nil
 	})
-	if errors.Is(err, cache.ErrLockLost) {
-		return false, fmt.Errorf("file: save: %w", cache.ErrLockLost)
+	if errors.Is(err, backend.ErrLockLost) {
+		return false, fmt.Errorf("file: save: %w", backend.ErrLockLost)
 	}
 	if err != nil {
 		return false, fmt.Errorf("file: save: %w", err)
@@ -131,7 +131,7 @@ func (s *Shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 	return stored, nil
 }
 
-// NextFence implements [cache.Store]: a fence above the namespace's
+// NextFence implements [backend.Store]: a fence above the namespace's
 // counter, key's grant and stored value, and the clock. With revoke it
 // also ends key's current grant.
 func (s *Shared) NextFence(ctx context.Context, key string, revoke bool) (int64, error) {

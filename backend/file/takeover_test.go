@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -41,7 +41,7 @@ func childRace(cfg childConfig) error {
 	defer s.Close()
 	fmt.Println("ready")
 	ctx := context.Background()
-	var held *lock.Lease
+	var held *backend.Lease
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		cmd, arg, _ := strings.Cut(in.Text(), " ")
@@ -51,7 +51,7 @@ func childRace(cfg childConfig) error {
 			l, err := s.TryAcquire(actx, arg, cfg.Lease)
 			cancel()
 			switch {
-			case errors.Is(err, lock.ErrNotAcquired):
+			case errors.Is(err, backend.ErrNotAcquired):
 				fmt.Println("lost")
 			case err != nil:
 				return err
@@ -141,7 +141,7 @@ func takeoverRun(t *testing.T, s *Shared, rs []*child, key string, heartbeat tim
 			}
 			return took, sinceKill, winner
 		}
-		if !errors.Is(err, lock.ErrNotAcquired) {
+		if !errors.Is(err, backend.ErrNotAcquired) {
 			t.Fatal(err)
 		}
 		if time.Since(dead) > 4*heartbeat {

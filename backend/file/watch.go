@@ -26,7 +26,7 @@ const (
 	lockSuffix     = ".lock"
 )
 
-// Notify implements [resilience.Shared]: it writes key's note file, which
+// Notify implements [backend.Shared]: it writes key's note file, which
 // wakes key's subscribers in every process.
 func (s *Shared) Notify(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
@@ -39,7 +39,7 @@ func (s *Shared) Notify(ctx context.Context, key string) error {
 	return nil
 }
 
-// Subscribe implements [resilience.Shared]. The channel has capacity 1;
+// Subscribe implements [backend.Shared]. The channel has capacity 1;
 // notifications that find it full are merged.
 func (s *Shared) Subscribe(key string) (<-chan struct{}, func()) {
 	sub := &subscription{ch: make(chan struct{}, 1)}
@@ -63,7 +63,7 @@ func (s *Shared) Subscribe(key string) (<-chan struct{}, func()) {
 	}
 }
 
-// Announce implements [resilience.Shared]: it writes one file per
+// Announce implements [backend.Shared]: it writes one file per
 // announcement in the namespace's event directory; files older than a
 // minute are swept.
 func (s *Shared) Announce(ctx context.Context, key, origin string) error {
@@ -80,7 +80,7 @@ func (s *Shared) Announce(ctx context.Context, key, origin string) error {
 	return nil
 }
 
-// Watch implements [resilience.Shared]. The callbacks run on the view's
+// Watch implements [backend.Shared]. The callbacks run on the view's
 // watch goroutine, one at a time.
 func (s *Shared) Watch(onWrite func(key, origin string), onReset func()) func() {
 	w := &watcher{onWrite: onWrite, onReset: onReset}

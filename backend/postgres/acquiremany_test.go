@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // TestTryAcquire_concurrent_shareStatements: the acquires of many keys in
@@ -20,7 +19,7 @@ func TestTryAcquire_concurrent_shareStatements(t *testing.T) {
 	ctx := testCtx(t)
 	const keys, askers = 200, 2 // every key asked twice at once
 	var wg sync.WaitGroup
-	leases := make([]*lock.Lease, keys*askers)
+	leases := make([]*backend.Lease, keys*askers)
 	errs := make([]error, keys*askers)
 	for i := range leases {
 		wg.Go(func() { leases[i], errs[i] = v.TryAcquire(ctx, fmt.Sprintf("k%d", i%keys), time.Minute) })
@@ -36,7 +35,7 @@ func TestTryAcquire_concurrent_shareStatements(t *testing.T) {
 				if leases[i].Fence() <= 0 {
 					t.Fatalf("k%d granted with fence %d", k, leases[i].Fence())
 				}
-			case !errors.Is(errs[i], lock.ErrNotAcquired):
+			case !errors.Is(errs[i], backend.ErrNotAcquired):
 				t.Fatalf("acquire of k%d: %v", k, errs[i])
 			}
 		}
@@ -123,7 +122,7 @@ func TestSave_besideItsOwnOpenBeat_locksNoRow(t *testing.T) {
 	// The save runs while that transaction is still open.
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	stored, err := holder.Save(sctx, "k", []byte("v"), cache.Save{Fence: lease.Fence(), Token: lease.Token(), Release: true,
+	stored, err := holder.Save(sctx, "k", []byte("v"), backend.Save{Fence: lease.Fence(), Token: lease.Token(), Release: true,
 		Until: time.Now().Add(time.Minute)})
 	if err != nil || !stored {
 		t.Fatalf("the holder's save beside its own open beat: stored %v, %v; want it through at once", stored, err)

@@ -11,11 +11,10 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/herdguard/herdguard/resilience"
 )
 
 // schemaVersion marks a schema that Migrate completed; a new version of
@@ -25,7 +24,7 @@ const schemaVersion = "herdguard postgres schema 5"
 //go:embed schema.sql
 var schemaSource string
 
-// Backend is a [resilience.Backend] kept in a PostgreSQL database, given
+// Backend is a [backend.Backend] kept in a PostgreSQL database, given
 // to Builder.Backend. It is safe for concurrent use, and one Backend may
 // serve many pipelines.
 type Backend struct {
@@ -51,7 +50,7 @@ type Backend struct {
 	migrated  atomic.Bool   // set once Migrate succeeded
 }
 
-var _ resilience.Backend = (*Backend)(nil)
+var _ backend.Backend = (*Backend)(nil)
 
 // New returns a Backend that keeps its tables in the database pool talks
 // to. It fails when pool is nil or o is not valid (a ListenDSN that does
@@ -103,7 +102,7 @@ func (b *Backend) Migrate(ctx context.Context) error {
 	// The first operation of a pipeline migrates under its budget, which
 	// starts when the migration has a connection (see withConn): the wait
 	// for another caller's migration is no failing database either.
-	caller, _, _ := resilience.BackendBudget(ctx)
+	caller, _, _ := backend.Budget(ctx)
 	select {
 	case b.migrating <- struct{}{}:
 	case <-caller.Done():
@@ -180,7 +179,7 @@ func (b *Backend) ready(ctx context.Context) error {
 	return b.Migrate(ctx)
 }
 
-// Open implements [resilience.Backend]: the view of the pipeline named
+// Open implements [backend.Backend]: the view of the pipeline named
 // s.Namespace. It starts the view's LISTEN connection and its sweeper,
 // runs [Backend.Migrate] unless it has succeeded, and waits for the
 // connection's first attempt, two seconds at most for both, so that the
@@ -188,7 +187,7 @@ func (b *Backend) ready(ctx context.Context) error {
 // operations does not wait for the migration; a database that cannot be
 // reached does not fail Open (the pipeline fails open), the connection
 // keeps being tried in the background, and the first operation migrates.
-func (b *Backend) Open(s resilience.BackendScope) (resilience.Shared, error) {
+func (b *Backend) Open(s backend.Scope) (backend.Shared, error) {
 	if s.Namespace == "" {
 		return nil, errors.New("postgres: namespace is empty")
 	}

@@ -6,9 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/herdguard/herdguard/resilience"
 )
 
 // maxBatch is the most calls one statement of loads serves:
@@ -86,7 +85,7 @@ type budget struct {
 }
 
 func budgetOf(ctx context.Context) budget {
-	caller, timeout, _ := resilience.BackendBudget(ctx)
+	caller, timeout, _ := backend.Budget(ctx)
 	return budget{caller: caller, timeout: timeout}
 }
 

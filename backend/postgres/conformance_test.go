@@ -3,15 +3,15 @@ package postgres
 import (
 	"testing"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
-	"github.com/herdguard/herdguard/resilience"
 )
 
-// TestConformance runs the contract of resilience.Shared on views opened,
+// TestConformance runs the contract of backend.Shared on views opened,
 // as different processes open them, on backends of their own.
 func TestConformance(t *testing.T) {
 	f := newFixture(t, Options{})
-	backendtest.Run(t, func(t *testing.T, s resilience.BackendScope) resilience.Shared {
+	backendtest.Run(t, func(t *testing.T, s backend.Scope) backend.Shared {
 		v, err := f.backend().Open(s)
 		if err != nil {
 			t.Fatal(err)
@@ -23,7 +23,7 @@ func TestConformance(t *testing.T) {
 // TestConformance_unlogged runs it with the value table UNLOGGED.
 func TestConformance_unlogged(t *testing.T) {
 	f := newFixture(t, Options{Unlogged: true})
-	backendtest.Run(t, func(t *testing.T, s resilience.BackendScope) resilience.Shared {
+	backendtest.Run(t, func(t *testing.T, s backend.Scope) backend.Shared {
 		v, err := f.backend().Open(s)
 		if err != nil {
 			t.Fatal(err)

@@ -3,14 +3,13 @@ package postgres
 import (
 	"context"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/herdguard/herdguard/resilience"
 )
 
 // withConn runs f on one of the pool's connections. The pipeline's
-// operations carry their timeout ([resilience.BackendBudget]): the
+// operations carry their timeout ([backend.Budget]): the
 // connection is then awaited under the caller's context, and f runs under
 // the timeout, counted from when it has the connection, so that it
 // measures the database, never a burst's own wait for the pool's few
@@ -24,7 +23,7 @@ import (
 // caller's, whose end is the caller's cancellation, while the statement's
 // end within the timeout is the database failing.
 func (b *Backend) withConn(ctx context.Context, f func(context.Context, *pgxpool.Conn) error) (context.Context, error) {
-	caller, timeout, ok := resilience.BackendBudget(ctx)
+	caller, timeout, ok := backend.Budget(ctx)
 	if ok {
 		select {
 		case b.busy <- struct{}{}:

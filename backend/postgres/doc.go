@@ -1,5 +1,5 @@
 // Package postgres is a coordination backend kept in a PostgreSQL
-// database, for package resilience's pipelines ([resilience.Backend]):
+// database, for package resilience's pipelines ([backend.Backend]):
 // processes that share a database share their pipelines' values (L2),
 // locks and announcements, as processes sharing a Redis do.
 //

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // Keys may be secrets: no error of the backend's names one, whether the
@@ -31,12 +31,12 @@ func TestErrors_nameNoKey(t *testing.T) {
 		{"inspect, context ended", func() error { _, _, err := s.Inspect(done, key); return err }},
 		{"load, context ended", func() error { _, err := s.Load(done, key); return err }},
 		{"save, release without a token", func() error {
-			_, err := s.Save(ctx, key, []byte("v"), cache.Save{Release: true})
+			_, err := s.Save(ctx, key, []byte("v"), backend.Save{Release: true})
 			return err
 		}},
 		{"acquire, failing database", func() error { _, err := failing.TryAcquire(ctx, key, time.Second); return err }},
 		{"load, failing database", func() error { _, err := failing.Load(ctx, key); return err }},
-		{"save, failing database", func() error { _, err := failing.Save(ctx, key, []byte("v"), cache.Save{}); return err }},
+		{"save, failing database", func() error { _, err := failing.Save(ctx, key, []byte("v"), backend.Save{}); return err }},
 	}
 	for _, tc := range cases {
 		err := tc.run()

@@ -7,14 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/herdguard/herdguard/lock"
 )
 
 // extendTimeout bounds one statement of extensions: a holder's watchdog
 // beats every second by default and gives each beat that long.
-const extendTimeout = lock.DefaultHeartbeat
+const extendTimeout = backend.DefaultHeartbeat
 
 // maxExtendBatch is the most beats one statement sends: each statement
 // has extendTimeout, which one of the thousands of leases of a large
@@ -42,7 +41,7 @@ type extender struct {
 type extendCall struct {
 	ns, key, token string
 	ttlUS          int64
-	done           chan error // buffered: gets nil, lock.ErrNotHeld or the statement's error
+	done           chan error // buffered: gets nil, backend.ErrNotHeld or the statement's error
 }
 
 // extend resets key's lease to ttl from now if token holds it, in the
@@ -138,7 +137,7 @@ func (e *extender) send(calls []*extendCall) {
 		case held[row]:
 			c.done <- nil
 		default:
-			c.done <- lock.ErrNotHeld
+			c.done <- backend.ErrNotHeld
 		}
 	}
 }

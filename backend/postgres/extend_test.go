@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
 )
 
 // countingTracer counts the statements a pool sends that contain sub.
@@ -63,7 +61,7 @@ func TestExtend_concurrentBeats_shareStatements(t *testing.T) {
 	var err error
 	ctx := testCtx(t)
 	const n = 400
-	leases := make([]*lock.Lease, n)
+	leases := make([]*backend.Lease, n)
 	for i := range leases {
 		if leases[i], err = v.TryAcquire(ctx, fmt.Sprintf("k%d", i), time.Minute); err != nil {
 			t.Fatal(err)
@@ -82,7 +80,7 @@ func TestExtend_concurrentBeats_shareStatements(t *testing.T) {
 	for i, err := range errs {
 		want := error(nil)
 		if i == 7 {
-			want = lock.ErrNotHeld
+			want = backend.ErrNotHeld
 		}
 		if !errors.Is(err, want) {
 			t.Fatalf("extend of k%d: %v, want %v", i, err, want)
@@ -127,7 +125,7 @@ func TestMigrate_fromVersion1_addsArrayFunctions(t *testing.T) {
 	if err := v.Extend(ctx, "k", l.Token(), time.Minute); err != nil {
 		t.Fatalf("extend on a database migrated from version 1: %v", err)
 	}
-	if _, err := v.Save(ctx, "k", []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true,
+	if _, err := v.Save(ctx, "k", []byte("v"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true,
 		Until: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatalf("save on a database migrated from version 1: %v", err)
 	}

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/herdguard/herdguard/cache"
 )
 
 // figuresEnv turns the figures on: they take a while and assert nothing
@@ -110,7 +109,7 @@ func TestFigures_shared(t *testing.T) {
 		}
 		ch, unsub := other.Subscribe(key)
 		t0 := time.Now()
-		if _, err := s.Save(ctx, key, []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until}); err != nil {
+		if _, err := s.Save(ctx, key, []byte("v"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until}); err != nil {
 			t.Fatal(err)
 		}
 		save = append(save, time.Since(t0))
@@ -141,7 +140,7 @@ func coldMiss(ctx context.Context, t *testing.T, s *shared, key string, until ti
 	if v, err := s.Load(ctx, key); err != nil || v != nil {
 		t.Fatalf("re-check: %q, %v", v, err)
 	}
-	if _, err := s.Save(ctx, key, []byte("value"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until}); err != nil {
+	if _, err := s.Save(ctx, key, []byte("value"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until}); err != nil {
 		t.Fatal(err)
 	}
 	l.Forget()

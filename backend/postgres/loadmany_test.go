@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // TestLoad_concurrentLoads_shareStatements: the loads of many keys in one
@@ -18,7 +18,7 @@ func TestLoad_concurrentLoads_shareStatements(t *testing.T) {
 	const n = 400
 	until := time.Now().Add(time.Minute)
 	for i := 0; i < n; i += 2 { // the even keys have values
-		if _, err := v.Save(ctx, fmt.Sprintf("k%d", i), fmt.Appendf(nil, "v%d", i), cache.Save{Until: until}); err != nil {
+		if _, err := v.Save(ctx, fmt.Sprintf("k%d", i), fmt.Appendf(nil, "v%d", i), backend.Save{Until: until}); err != nil {
 			t.Fatal(err)
 		}
 	}

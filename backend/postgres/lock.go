@@ -8,10 +8,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/herdguard/herdguard/lock"
 )
 
 const (
@@ -24,12 +23,12 @@ const (
 	lockWait = time.Second
 )
 
-// TryAcquire implements [lock.Locker] in one statement (one round trip),
+// TryAcquire implements [backend.Shared] in one statement (one round trip),
 // which concurrent calls on one [Backend] share (see batcher):
 // it takes key's lock, or takes it over from a holder whose last beat is
-// older than two of its beats ([lock.Lease.TookOver]), with a fence above
-// every earlier grant and write of key. It returns [lock.ErrNotAcquired]
-// when a live holder has key, a [*lock.BackendError] when the database
+// older than two of its beats ([backend.Lease.TookOver]), with a fence above
+// every earlier grant and write of key. It returns [backend.ErrNotAcquired]
+// when a live holder has key, a [*backend.BackendError] when the database
 // fails, and an error matching ctx's when ctx ends first.
 //
 // When the outcome is unknown (ctx ended or the connection broke while
@@ -40,7 +39,7 @@ const (
 // notice at once that its client left). Close waits for it, two seconds
 // at most. If the database cannot be reached for it, the lock never beats
 // and is taken over two beats later.
-func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration) (*lock.Lease, error) {
+func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration) (*backend.Lease, error) {
 	if key == "" || lease <= 0 {
 		return nil, errors.New("lock: acquire: key must not be empty and lease must be positive")
 	}
@@ -67,18 +66,18 @@ func (s *shared) TryAcquire(ctx context.Context, key string, lease time.Duration
 		return nil, s.lockErr(cctx, "acquire", err)
 	}
 	if fence <= 0 {
-		return nil, lock.ErrNotAcquired
+		return nil, backend.ErrNotAcquired
 	}
-	return lock.NewLease(s, lock.Grant{Key: key, Token: tok, Fence: fence, TTL: lease,
+	return backend.NewLease(s, backend.Grant{Key: key, Token: tok, Fence: fence, TTL: lease,
 		Heartbeat: beat, TookOver: how == 2}), nil
 }
 
-// TryAcquireMany implements [resilience.SharedMany]: TryAcquire of each
+// TryAcquireMany implements [backend.SharedMany]: TryAcquire of each
 // of keys, whose acquires go to the statements of acquires (see batcher)
 // all at once.
-func (s *shared) TryAcquireMany(ctx context.Context, keys []string, lease time.Duration) ([]*lock.Lease, []error) {
-	leases, errs := make([]*lock.Lease, len(keys)), make([]error, len(keys))
-	fail := func(err error) ([]*lock.Lease, []error) {
+func (s *shared) TryAcquireMany(ctx context.Context, keys []string, lease time.Duration) ([]*backend.Lease, []error) {
+	leases, errs := make([]*backend.Lease, len(keys)), make([]error, len(keys))
+	fail := func(err error) ([]*backend.Lease, []error) {
 		for i := range errs {
 			errs[i] = err
 		}
@@ -133,9 +132,9 @@ func (s *shared) TryAcquireMany(ctx context.Context, keys []string, lease time.D
 			}
 			errs[i] = s.lockErr(bu.caller, "acquire", r.err)
 		case r.fence <= 0:
-			errs[i] = lock.ErrNotAcquired
+			errs[i] = backend.ErrNotAcquired
 		default:
-			leases[i] = lock.NewLease(s, lock.Grant{Key: keys[i], Token: c.token, Fence: r.fence, TTL: lease,
+			leases[i] = backend.NewLease(s, backend.Grant{Key: keys[i], Token: c.token, Fence: r.fence, TTL: lease,
 				Heartbeat: beat, TookOver: r.how == 2})
 		}
 	}
@@ -153,14 +152,14 @@ func (s *shared) cleanup(key, tok string, start time.Time) {
 		defer cancel()
 		return s.Release(ctx, key, tok)
 	}
-	if err := release(); !errors.Is(err, lock.ErrNotHeld) {
+	if err := release(); !errors.Is(err, backend.ErrNotHeld) {
 		return // released, or the database fails: the take-over covers it
 	}
 	time.Sleep(time.Until(start.Add(lockWait + 100*time.Millisecond)))
 	_ = release()
 }
 
-// Inspect implements [lock.Locker].
+// Inspect implements [backend.Shared].
 func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, error) {
 	if err := s.b.ready(ctx); err != nil {
 		return false, 0, s.lockErr(ctx, "inspect", err)
@@ -177,7 +176,7 @@ func (s *shared) Inspect(ctx context.Context, key string) (bool, time.Duration, 
 	return true, time.Duration(max(us, 0)) * time.Microsecond, nil
 }
 
-// Release implements [lock.Holder]: it clears key's holder if token still
+// Release implements [backend.Holder]: it clears key's holder if token still
 // holds it, and wakes key's waiters in every process either way, in one
 // statement.
 func (s *shared) Release(ctx context.Context, key, token string) error {
@@ -188,12 +187,12 @@ func (s *shared) Release(ctx context.Context, key, token string) error {
 		return s.lockErr(cctx, "release", err)
 	}
 	if n == 0 {
-		return lock.ErrNotHeld
+		return backend.ErrNotHeld
 	}
 	return nil
 }
 
-// Extend implements [lock.Holder]: it resets key's lease to ttl from now
+// Extend implements [backend.Holder]: it resets key's lease to ttl from now
 // and records a beat, if token still holds it. Concurrent calls on one
 // [Backend] share a statement (see extender).
 func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
@@ -202,7 +201,7 @@ func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	err := s.b.ext.extend(ctx, s.ns, rowKey(key), token, ttl)
 	switch {
-	case err == nil || errors.Is(err, lock.ErrNotHeld):
+	case err == nil || errors.Is(err, backend.ErrNotHeld):
 		return err
 	case ctx.Err() != nil:
 		return fmt.Errorf("lock: extend: %w", ctx.Err())
@@ -211,7 +210,7 @@ func (s *shared) Extend(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // lockErr returns the context's error when ctx has ended, and a
-// [*lock.BackendError] otherwise.
+// [*backend.BackendError] otherwise.
 func (s *shared) lockErr(ctx context.Context, op string, err error) error {
 	s.b.lost(err)
 	return lockErr(ctx, op, err)
@@ -222,7 +221,7 @@ func lockErr(ctx context.Context, op string, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
 		return fmt.Errorf("lock: %s: %w", op, cerr)
 	}
-	return &lock.BackendError{Op: op, Err: err}
+	return &backend.BackendError{Op: op, Err: err}
 }
 
 // known reports whether err came from the server, which means the

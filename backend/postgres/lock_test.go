@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 func TestLock_TryAcquire_exclusiveAndFencesGrow(t *testing.T) {
@@ -22,7 +21,7 @@ func TestLock_TryAcquire_exclusiveAndFencesGrow(t *testing.T) {
 	if l1.TookOver() || l1.Fence() <= 0 {
 		t.Fatalf("first grant: TookOver=%v fence=%d", l1.TookOver(), l1.Fence())
 	}
-	if _, err := b.TryAcquire(ctx, "k", 10*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := b.TryAcquire(ctx, "k", 10*time.Second); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("second TryAcquire = %v, want ErrNotAcquired", err)
 	}
 	held, rem, err := b.Inspect(ctx, "k")
@@ -43,10 +42,10 @@ func TestLock_TryAcquire_exclusiveAndFencesGrow(t *testing.T) {
 	if held, _, _ := b.Inspect(ctx, "k"); held {
 		t.Fatal("Inspect after Release: held")
 	}
-	if err := a.Release(ctx, "k", l1.Token()); !errors.Is(err, lock.ErrNotHeld) {
+	if err := a.Release(ctx, "k", l1.Token()); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Release of a released token = %v, want ErrNotHeld", err)
 	}
-	if err := a.Extend(ctx, "k", l1.Token(), time.Second); !errors.Is(err, lock.ErrNotHeld) {
+	if err := a.Extend(ctx, "k", l1.Token(), time.Second); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Extend of a released token = %v, want ErrNotHeld", err)
 	}
 	l2, err := b.TryAcquire(ctx, "k", 10*time.Second)
@@ -75,7 +74,7 @@ func TestLock_leaseExpires(t *testing.T) {
 	if l2.TookOver() {
 		t.Fatal("a lock whose lease ended is free, not taken over")
 	}
-	if err := l1.Extend(ctx, time.Second); !errors.Is(err, lock.ErrNotHeld) {
+	if err := l1.Extend(ctx, time.Second); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Extend of the expired lease = %v, want ErrNotHeld", err)
 	}
 	_ = l2.Release(ctx)
@@ -92,7 +91,7 @@ func TestLock_takeOver_afterTwoMissedBeats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := waiter.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := waiter.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire right after the grant = %v, want ErrNotAcquired", err)
 	}
 	// A live holder: beats keep it.
@@ -112,16 +111,16 @@ func TestLock_takeOver_afterTwoMissedBeats(t *testing.T) {
 	if !next.TookOver() || next.Fence() <= dead.Fence() {
 		t.Fatalf("take-over: TookOver=%v fence %d (dead holder's %d)", next.TookOver(), next.Fence(), dead.Fence())
 	}
-	if _, err := waiter.TryAcquire(ctx, "live", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := waiter.TryAcquire(ctx, "live", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a beating holder's lock = %v, want ErrNotAcquired", err)
 	}
 	// The superseded holder writes nothing and learns it lost the lease.
-	_, err = holder.Save(ctx, "k", []byte("late"), cache.Save{Fence: dead.Fence(), Token: dead.Token(),
+	_, err = holder.Save(ctx, "k", []byte("late"), backend.Save{Fence: dead.Fence(), Token: dead.Token(),
 		Release: true, Until: time.Now().Add(time.Minute)})
-	if !errors.Is(err, cache.ErrLockLost) {
+	if !errors.Is(err, backend.ErrLockLost) {
 		t.Fatalf("Save by the superseded holder = %v, want ErrLockLost", err)
 	}
-	if err := dead.Extend(ctx, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+	if err := dead.Extend(ctx, time.Minute); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Extend by the superseded holder = %v, want ErrNotHeld", err)
 	}
 	if v, _ := waiter.Load(ctx, "k"); v != nil {
@@ -141,7 +140,7 @@ func TestLock_errors_contextAndBackend(t *testing.T) {
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := s.TryAcquire(done, "k", time.Second); !errors.Is(err, context.Canceled) || errors.Is(err, lock.ErrBackend) {
+	if _, err := s.TryAcquire(done, "k", time.Second); !errors.Is(err, context.Canceled) || errors.Is(err, backend.ErrBackend) {
 		t.Fatalf("TryAcquire on an ended ctx = %v, want context.Canceled", err)
 	}
 	short, cancel := context.WithTimeout(ctx, time.Microsecond)
@@ -156,11 +155,11 @@ func TestLock_errors_contextAndBackend(t *testing.T) {
 	g := newFixture(t, Options{Schema: "missing"})
 	m := g.open("ns", 0)
 	_, err := m.TryAcquire(ctx, "k", time.Second)
-	var be *lock.BackendError
+	var be *backend.BackendError
 	if !errors.As(err, &be) || be.Op != "acquire" {
-		t.Fatalf("TryAcquire on a failing database = %v, want a *lock.BackendError", err)
+		t.Fatalf("TryAcquire on a failing database = %v, want a *backend.BackendError", err)
 	}
-	if _, _, err := m.Inspect(ctx, "k"); !errors.Is(err, lock.ErrBackend) {
+	if _, _, err := m.Inspect(ctx, "k"); !errors.Is(err, backend.ErrBackend) {
 		t.Fatalf("Inspect on a failing database = %v, want ErrBackend", err)
 	}
 	if _, err := m.Load(ctx, "k"); err == nil {

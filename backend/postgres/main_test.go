@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/pgtest"
-	"github.com/herdguard/herdguard/resilience"
 )
 
 // srv is the package's PostgreSQL server; nil when there are no binaries.
@@ -117,7 +117,7 @@ func (f *fixture) open(ns string, heartbeat time.Duration) *shared {
 
 func (f *fixture) openOn(b *Backend, ns string, heartbeat time.Duration) *shared {
 	f.t.Helper()
-	s, err := b.Open(resilience.BackendScope{Namespace: ns, Heartbeat: heartbeat})
+	s, err := b.Open(backend.Scope{Namespace: ns, Heartbeat: heartbeat})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/herdguard/herdguard/cache"
 )
 
 func TestMigrate_concurrentAndIdempotent(t *testing.T) {
@@ -35,7 +34,7 @@ func TestMigrate_concurrentAndIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.openOn(b, "ns", 0)
-	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Until: time.Now().Add(time.Minute)}); err != nil {
+	if _, err := s.Save(ctx, "k", []byte("v"), backend.Save{Until: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -193,7 +192,7 @@ func TestUnlogged_valueTableEmptiedByCrash_fencesStillGrow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sh.Save(ctx, "k", []byte("v"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true,
+	if _, err := sh.Save(ctx, "k", []byte("v"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true,
 		Until: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +245,7 @@ func TestSweep_deletesExpiredRowsInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"a", "b", "c"} {
-		if _, err := s.Save(ctx, k, []byte("v"), cache.Save{Until: time.Now().Add(time.Minute)}); err != nil {
+		if _, err := s.Save(ctx, k, []byte("v"), backend.Save{Until: time.Now().Add(time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -280,7 +279,7 @@ func TestMigrate_againAfterTheTablesWereDropped(t *testing.T) {
 	f := newFixture(t, Options{})
 	s := f.open("ns", 0)
 	ctx := testCtx(t)
-	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Until: time.Now().Add(time.Minute)}); err != nil {
+	if _, err := s.Save(ctx, "k", []byte("v"), backend.Save{Until: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.b.pool.Exec(ctx, "DROP TABLE "+s.b.q.lockT+", "+s.b.q.valueT); err != nil {
@@ -289,7 +288,7 @@ func TestMigrate_againAfterTheTablesWereDropped(t *testing.T) {
 	// The first operation fails, and the next one finds the tables again.
 	_, _ = s.Load(ctx, "k")
 	eventually(t, "tables created again", func() bool {
-		_, err := s.Save(ctx, "k", []byte("v"), cache.Save{Until: time.Now().Add(time.Minute)})
+		_, err := s.Save(ctx, "k", []byte("v"), backend.Save{Until: time.Now().Add(time.Minute)})
 		return err == nil
 	})
 }
@@ -298,7 +297,7 @@ func TestSweep_runsEverySweep(t *testing.T) {
 	f := newFixture(t, Options{Sweep: 50 * time.Millisecond})
 	s := f.open("ns", 0)
 	ctx := testCtx(t)
-	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Until: time.Now().Add(50 * time.Millisecond)}); err != nil {
+	if _, err := s.Save(ctx, "k", []byte("v"), backend.Save{Until: time.Now().Add(50 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the expired value's row deleted", func() bool {

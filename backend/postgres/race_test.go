@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // race runs TryAcquire of key from every view at once, several times per
 // view, and returns the grants.
-func race(t *testing.T, views []*shared, key string) []*lock.Lease {
+func race(t *testing.T, views []*shared, key string) []*backend.Lease {
 	t.Helper()
 	ctx := testCtx(t)
 	var mu sync.Mutex // guards won
-	var won []*lock.Lease
+	var won []*backend.Lease
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for _, v := range views {
@@ -29,7 +29,7 @@ func race(t *testing.T, views []*shared, key string) []*lock.Lease {
 					mu.Lock()
 					won = append(won, l)
 					mu.Unlock()
-				case !errors.Is(err, lock.ErrNotAcquired):
+				case !errors.Is(err, backend.ErrNotAcquired):
 					t.Errorf("TryAcquire: %v", err)
 				}
 			})

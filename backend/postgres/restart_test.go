@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 func TestListener_lostConnection_resetsWatchersAndWakesWaiters(t *testing.T) {
@@ -36,9 +36,9 @@ func TestListener_lostConnection_resetsWatchersAndWakesWaiters(t *testing.T) {
 	// While the database is down: the lock's methods fail as the
 	// backend's failures, and waiters are woken to look again.
 	_, err := a.TryAcquire(ctx, "k", time.Second)
-	var be *lock.BackendError
+	var be *backend.BackendError
 	if !errors.As(err, &be) {
-		t.Fatalf("TryAcquire with the database down = %v, want a *lock.BackendError", err)
+		t.Fatalf("TryAcquire with the database down = %v, want a *backend.BackendError", err)
 	}
 	if err := a.Ping(ctx); err == nil {
 		t.Fatal("Ping with the database down: no error")

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 // TestSave_concurrent_shareStatements: the saves of many keys in one
@@ -20,7 +19,7 @@ func TestSave_concurrent_shareStatements(t *testing.T) {
 	var err error
 	ctx := testCtx(t)
 	const n = 400
-	leases := make([]*lock.Lease, n)
+	leases := make([]*backend.Lease, n)
 	for i := range leases {
 		if leases[i], err = v.TryAcquire(ctx, fmt.Sprintf("k%d", i), time.Minute); err != nil {
 			t.Fatal(err)
@@ -36,7 +35,7 @@ func TestSave_concurrent_shareStatements(t *testing.T) {
 	for i, l := range leases {
 		wg.Go(func() {
 			stored[i], errs[i] = v.Save(ctx, l.Key(), fmt.Appendf(nil, "v%d", i),
-				cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until})
+				backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until})
 		})
 	}
 	wg.Wait()
@@ -51,7 +50,7 @@ func TestSave_concurrent_shareStatements(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 7 {
-			if !errors.Is(errs[i], cache.ErrLockLost) || got != nil {
+			if !errors.Is(errs[i], backend.ErrLockLost) || got != nil {
 				t.Fatalf("save of k7 without its lock: %v, %v, stored %q; want ErrLockLost, nothing stored", stored[i], errs[i], got)
 			}
 			continue

@@ -10,11 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
-	"github.com/herdguard/herdguard/resilience"
 )
 
 // maxRowKey is the longest key stored as it is; longer keys (and keys
@@ -38,7 +35,7 @@ func rowKey(key string) string {
 	return hashedKey + hex.EncodeToString(sum[:])
 }
 
-// shared is one pipeline's view of a [Backend]; see [resilience.Shared].
+// shared is one pipeline's view of a [Backend]; see [backend.Shared].
 type shared struct {
 	b         *Backend
 	ns        string
@@ -55,15 +52,15 @@ type shared struct {
 }
 
 var (
-	_ resilience.Shared     = (*shared)(nil)
-	_ resilience.SharedMany = (*shared)(nil)
-	_ lock.Holder           = (*shared)(nil)
+	_ backend.Shared     = (*shared)(nil)
+	_ backend.SharedMany = (*shared)(nil)
+	_ backend.Holder     = (*shared)(nil)
 )
 
-func newShared(b *Backend, s resilience.BackendScope) (*shared, error) {
+func newShared(b *Backend, s backend.Scope) (*shared, error) {
 	hb := s.Heartbeat
 	if hb == 0 {
-		hb = lock.DefaultHeartbeat
+		hb = backend.DefaultHeartbeat
 	}
 	sh := &shared{b: b, ns: s.Namespace, channel: channelOf(b.q.listenName, s.Namespace), heartbeat: hb}
 	sh.l = newListener(b.listen.Copy(), sh.channel, b.o.Poll)
@@ -108,7 +105,7 @@ func (s *shared) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Load implements [cache.Store]. Concurrent calls on one [Backend] share
+// Load implements [backend.Store]. Concurrent calls on one [Backend] share
 // a statement (see batcher).
 func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 	if err := s.b.ready(ctx); err != nil {
@@ -127,7 +124,7 @@ func (s *shared) Load(ctx context.Context, key string) ([]byte, error) {
 	return r.data, nil
 }
 
-// LoadMany implements [resilience.SharedMany]: the keys go to the
+// LoadMany implements [backend.SharedMany]: the keys go to the
 // statements of loads (see batcher) all at once, so that a batch of
 // thousands of keys runs in a few statements of many keys each, beside
 // the other callers' loads.
@@ -155,12 +152,12 @@ func (s *shared) LoadMany(ctx context.Context, keys []string) ([][]byte, error) 
 	return out, nil
 }
 
-// Save implements [cache.Store] in one statement (one round trip), which
+// Save implements [backend.Store] in one statement (one round trip), which
 // concurrent calls on one [Backend] share (see batcher): the
 // lock check, the fenced write, and with Release the lock's release and
 // the waiters' notification, in one transaction. The value lives until
 // w.Until, counted on the database's clock from the time left now.
-func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save) (bool, error) {
+func (s *shared) Save(ctx context.Context, key string, raw []byte, w backend.Save) (bool, error) {
 	if w.Release && w.Token == "" {
 		return false, errors.New("postgres: save: Release without a Token")
 	}
@@ -179,12 +176,12 @@ func (s *shared) Save(ctx context.Context, key string, raw []byte, w cache.Save)
 		return false, s.storeErr(cctx, "save", err)
 	}
 	if n < 0 {
-		return false, fmt.Errorf("postgres: save: %w", cache.ErrLockLost)
+		return false, fmt.Errorf("postgres: save: %w", backend.ErrLockLost)
 	}
 	return n == 1, nil
 }
 
-// NextFence implements [cache.Store] in one statement.
+// NextFence implements [backend.Store] in one statement.
 func (s *shared) NextFence(ctx context.Context, key string, revoke bool) (int64, error) {
 	if err := s.b.ready(ctx); err != nil {
 		return 0, s.storeErr(ctx, "fence", err)
@@ -198,7 +195,7 @@ func (s *shared) NextFence(ctx context.Context, key string, revoke bool) (int64,
 	return f, nil
 }
 
-// Notify implements [resilience.Shared].
+// Notify implements [backend.Shared].
 func (s *shared) Notify(ctx context.Context, key string) error {
 	rk := rowKey(key)
 	if _, cctx, err := s.b.exec(ctx, s.b.q.notify, s.channel, wakePayload(rk)); err != nil {
@@ -207,7 +204,7 @@ func (s *shared) Notify(ctx context.Context, key string) error {
 	return nil
 }
 
-// Announce implements [resilience.Shared].
+// Announce implements [backend.Shared].
 func (s *shared) Announce(ctx context.Context, key, origin string) error {
 	if _, cctx, err := s.b.exec(ctx, s.b.q.notify, s.channel, announcePayload(key, origin)); err != nil {
 		return s.storeErr(cctx, "announce", err)
@@ -215,12 +212,12 @@ func (s *shared) Announce(ctx context.Context, key, origin string) error {
 	return nil
 }
 
-// Subscribe implements [resilience.Shared].
+// Subscribe implements [backend.Shared].
 func (s *shared) Subscribe(key string) (<-chan struct{}, func()) {
 	return s.l.subscribe(rowKey(key))
 }
 
-// Watch implements [resilience.Shared].
+// Watch implements [backend.Shared].
 func (s *shared) Watch(onWrite func(key, origin string), onReset func()) func() {
 	return s.l.watch(onWrite, onReset)
 }

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/lock"
+	"github.com/herdguard/herdguard/backend"
 )
 
 func TestStore_Save_fenceRule(t *testing.T) {
@@ -32,7 +31,7 @@ func TestStore_Save_fenceRule(t *testing.T) {
 		{"newer fence", 11, "g", true, "g"},
 	}
 	for _, st := range steps {
-		stored, err := s.Save(ctx, "k", []byte(st.data), cache.Save{Fence: st.fence, Until: until})
+		stored, err := s.Save(ctx, "k", []byte(st.data), backend.Save{Fence: st.fence, Until: until})
 		if err != nil || stored != st.stored {
 			t.Fatalf("%s: Save = %v, %v; want %v", st.name, stored, err, st.stored)
 		}
@@ -42,18 +41,18 @@ func TestStore_Save_fenceRule(t *testing.T) {
 		}
 	}
 	// A value past its Until is gone, and no longer blocks older fences.
-	if _, err := s.Save(ctx, "short", []byte("x"), cache.Save{Fence: 100, Until: time.Now().Add(100 * time.Millisecond)}); err != nil {
+	if _, err := s.Save(ctx, "short", []byte("x"), backend.Save{Fence: 100, Until: time.Now().Add(100 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if got, err := s.Load(ctx, "short"); got != nil || err != nil {
 		t.Fatalf("Load past Until = %q, %v; want nothing", got, err)
 	}
-	if stored, err := s.Save(ctx, "short", []byte("y"), cache.Save{Fence: 0, Until: until}); !stored || err != nil {
+	if stored, err := s.Save(ctx, "short", []byte("y"), backend.Save{Fence: 0, Until: until}); !stored || err != nil {
 		t.Fatalf("Save over an expired value = %v, %v", stored, err)
 	}
 	// An empty value is a value.
-	if _, err := s.Save(ctx, "empty", []byte{}, cache.Save{Until: until}); err != nil {
+	if _, err := s.Save(ctx, "empty", []byte{}, backend.Save{Until: until}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Load(ctx, "empty"); got == nil || len(got) != 0 || err != nil {
@@ -72,11 +71,11 @@ func TestStore_Save_underLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A token that never held the lock writes nothing.
-	if _, err := a.Save(ctx, "k", []byte("x"), cache.Save{Fence: l.Fence(), Token: "nope", Until: until}); !errors.Is(err, cache.ErrLockLost) {
+	if _, err := a.Save(ctx, "k", []byte("x"), backend.Save{Fence: l.Fence(), Token: "nope", Until: until}); !errors.Is(err, backend.ErrLockLost) {
 		t.Fatalf("Save with a foreign token = %v, want ErrLockLost", err)
 	}
 	// A write without Release keeps the lock.
-	if stored, err := a.Save(ctx, "k", []byte("v1"), cache.Save{Fence: l.Fence(), Token: l.Token(), Until: until}); !stored || err != nil {
+	if stored, err := a.Save(ctx, "k", []byte("v1"), backend.Save{Fence: l.Fence(), Token: l.Token(), Until: until}); !stored || err != nil {
 		t.Fatalf("Save under the lock = %v, %v", stored, err)
 	}
 	if held, _, _ := b.Inspect(ctx, "k"); !held {
@@ -88,10 +87,10 @@ func TestStore_Save_underLock(t *testing.T) {
 	if err != nil || nf <= l.Fence() {
 		t.Fatalf("NextFence = %d, %v; want above the grant's %d", nf, err, l.Fence())
 	}
-	if _, err := b.Save(ctx, "k", []byte("set"), cache.Save{Fence: nf, Until: until}); err != nil {
+	if _, err := b.Save(ctx, "k", []byte("set"), backend.Save{Fence: nf, Until: until}); err != nil {
 		t.Fatal(err)
 	}
-	stored, err := a.Save(ctx, "k", []byte("v2"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until})
+	stored, err := a.Save(ctx, "k", []byte("v2"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until})
 	if stored || err != nil {
 		t.Fatalf("holder's write-back below a newer write = %v, %v; want refused", stored, err)
 	}
@@ -126,7 +125,7 @@ func TestStore_NextFence_revokeEndsTheGrant(t *testing.T) {
 	if err != nil || tomb <= l.Fence() {
 		t.Fatalf("NextFence(revoke) = %d, %v; want above %d", tomb, err, l.Fence())
 	}
-	if _, err := b.Save(ctx, "k", nil, cache.Save{Fence: tomb, Until: time.Now().Add(time.Minute)}); err != nil {
+	if _, err := b.Save(ctx, "k", nil, backend.Save{Fence: tomb, Until: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -134,11 +133,11 @@ func TestStore_NextFence_revokeEndsTheGrant(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("revoking the grant did not wake the key's waiters")
 	}
-	if _, err := a.Save(ctx, "k", []byte("late"), cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true,
-		Until: time.Now().Add(time.Minute)}); !errors.Is(err, cache.ErrLockLost) {
+	if _, err := a.Save(ctx, "k", []byte("late"), backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true,
+		Until: time.Now().Add(time.Minute)}); !errors.Is(err, backend.ErrLockLost) {
 		t.Fatalf("revoked holder's Save = %v, want ErrLockLost", err)
 	}
-	if err := l.Extend(ctx, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+	if err := l.Extend(ctx, time.Minute); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("revoked holder's Extend = %v, want ErrNotHeld", err)
 	}
 	l.Forget()
@@ -170,7 +169,7 @@ func TestFence_neverBackwards_whenRowsAreLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A counter far ahead of the clock: fences handed out in a burst.
-	if _, err := s.Save(ctx, "k", []byte("v"), cache.Save{Fence: l1.Fence(), Token: l1.Token(), Release: true,
+	if _, err := s.Save(ctx, "k", []byte("v"), backend.Save{Fence: l1.Fence(), Token: l1.Token(), Release: true,
 		Until: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +213,7 @@ func TestStore_longAndBinaryKeys(t *testing.T) {
 		if err != nil {
 			t.Fatalf("key %d: %v", i, err)
 		}
-		if _, err := a.Save(ctx, k, []byte{byte(i)}, cache.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until}); err != nil {
+		if _, err := a.Save(ctx, k, []byte{byte(i)}, backend.Save{Fence: l.Fence(), Token: l.Token(), Release: true, Until: until}); err != nil {
 			t.Fatalf("key %d: %v", i, err)
 		}
 		select {

@@ -40,7 +40,7 @@ type valueState struct {
 	entryPayload []byte
 }
 
-// lockState is what a key's lock hash says, read as lock/acquire.lua reads
+// lockState is what a key's lock hash says, read as internal/rlock/acquire.lua reads
 // it.
 type lockState struct {
 	Key       string `json:"key,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/lock"
@@ -418,7 +419,7 @@ func TestLockAcquire_cancelledMidCall_noOrphans(t *testing.T) {
 				if err := l.Release(rctx); err != nil {
 					t.Errorf("release: %v", err)
 				}
-			case errors.Is(err, lock.ErrNotAcquired):
+			case errors.Is(err, backend.ErrNotAcquired):
 			default:
 				unknown.Add(1)
 			}

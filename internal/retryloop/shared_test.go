@@ -21,7 +21,7 @@ func TestShared(t *testing.T) {
 		"resilience/wait.go": true,
 		// Paces the announcement subscription's reconnections, which go
 		// on until Close; its schedule is a Policy's.
-		"lock/redis_notify.go": true,
+		"internal/rlock/redis_notify.go": true,
 	}
 	root := filepath.Join("..", "..")
 	runs := map[string]bool{} // package directory -> calls retryloop.Run

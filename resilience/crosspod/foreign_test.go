@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/lock"
 )
@@ -95,7 +96,7 @@ func testForeign(t *testing.T, caseName, addr string, admin *redis.Client, plant
 			c := f.get(0, key, 1, sleeping(20*time.Millisecond))
 			r := f.results(c, resultBound)[0]
 			lockErr := tryLock(ctx, admin, f.name, key)
-			if lockErr != nil && !errors.Is(lockErr, lock.ErrNotAcquired) {
+			if lockErr != nil && !errors.Is(lockErr, backend.ErrNotAcquired) {
 				checkNoLockLeft(ctx, t, f, admin, key, planted, "after an acquire that failed with "+lockErr.Error())
 			}
 			if r.Err == "" && !r.FailedOpen && r.Source == "loader" && lockErr == nil && r.Latency <= maxWait+slack {

@@ -299,7 +299,7 @@ func TestWrites_cutPodDropsL1OnReconnect(t *testing.T) {
 // black-holed instead: its connections stay open and carry nothing, so
 // only the notifier's liveness check finds its subscription dead. Once
 // the link heals, pod 3 subscribes again on a new connection within
-// seconds (lock.NotifierDeadAfter, then a backoff of at most a second)
+// seconds (rlock.NotifierDeadAfter, then a backoff of at most a second)
 // and drops its L1, long before the copy's L1TTL would have ended it.
 func TestWrites_blackholedPodDropsL1OnHeal(t *testing.T) {
 	linkFaultDropsL1(t, "hole", (*redistest.Proxy).Blackhole, writesTTL/2)

@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
@@ -29,13 +30,13 @@ func TestRedisLock_TryAcquire_takesOverAHolderThatStoppedBeating(t *testing.T) {
 	if dead.TookOver() {
 		t.Fatal("a grant of a free lock reports a take-over")
 	}
-	var taken *Lease
+	var taken *backend.Lease
 	for deadline := time.Now().Add(10 * time.Second); taken == nil; {
 		ls, err := l.TryAcquire(ctx, "k", time.Minute)
 		switch {
 		case err == nil:
 			taken = ls
-		case !errors.Is(err, ErrNotAcquired):
+		case !errors.Is(err, backend.ErrNotAcquired):
 			t.Fatalf("TryAcquire() = %v", err)
 		case time.Now().After(deadline):
 			t.Fatal("a holder that stopped beating was never taken over")
@@ -48,14 +49,14 @@ func TestRedisLock_TryAcquire_takesOverAHolderThatStoppedBeating(t *testing.T) {
 		t.Fatalf("take-over: TookOver %v, fence %d after %d", taken.TookOver(), taken.Fence(), dead.Fence())
 	}
 	// Exactly one: the new holder is alive, so the next attempt waits.
-	if _, err := l.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, ErrNotAcquired) {
-		t.Fatalf("TryAcquire() right after a take-over = %v, want ErrNotAcquired", err)
+	if _, err := l.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquire() right after a take-over = %v, want backend.ErrNotAcquired", err)
 	}
-	if err := dead.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("the dead holder's Extend() = %v, want ErrNotHeld", err)
+	if err := dead.Extend(ctx, time.Minute); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("the dead holder's Extend() = %v, want backend.ErrNotHeld", err)
 	}
-	if err := dead.Release(ctx); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("the dead holder's Release() = %v, want ErrNotHeld", err)
+	if err := dead.Release(ctx); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("the dead holder's Release() = %v, want backend.ErrNotHeld", err)
 	}
 }
 
@@ -81,8 +82,8 @@ func TestRedisLock_KeepAlive_beatingHolderIsNotTakenOver(t *testing.T) {
 	// hash's h field, rewritten by each beat).
 	beats := map[string]bool{}
 	for start := time.Now(); time.Since(start) < 3*400*time.Millisecond || len(beats) < 5; time.Sleep(10 * time.Millisecond) {
-		if _, err := other.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, ErrNotAcquired) {
-			t.Fatalf("TryAcquire() against a beating holder after %v = %v, want ErrNotAcquired", time.Since(start), err)
+		if _, err := other.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("TryAcquire() against a beating holder after %v = %v, want backend.ErrNotAcquired", time.Since(start), err)
 		}
 		beats[rdb.HGet(ctx, holder.keys.Lock("k"), "h").Val()] = true
 		if time.Since(start) > 10*time.Second {
@@ -110,7 +111,7 @@ func TestRedisLock_Fence_neverGoesBackwardsWhenRedisLosesKeys(t *testing.T) {
 		if err := loss.lose(); err != nil {
 			t.Fatalf("%s: %v", loss.name, err)
 		}
-		var ls *Lease
+		var ls *backend.Lease
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			var err error
 			if ls, err = l.TryAcquire(ctx, "k", time.Minute); err == nil || time.Now().After(deadline) {
@@ -204,8 +205,8 @@ func TestRedisLock_TryAcquireOrGet_readsTheValueInTheSameRoundTrip(t *testing.T)
 	if err := rdb.HSet(ctx, l.keys.Value("k"), rkey.FieldData, "old", rkey.FieldExpires, now.Add(-time.Second).UnixMilli()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got, v, fresh, err := l.TryAcquireOrGet(ctx, "k", time.Minute, now); !errors.Is(err, ErrNotAcquired) || got != nil || string(v) != "old" || fresh {
-		t.Fatalf("held, stale value: %v, %q, %v, %v; want ErrNotAcquired with the stale bytes", got, v, fresh, err)
+	if got, v, fresh, err := l.TryAcquireOrGet(ctx, "k", time.Minute, now); !errors.Is(err, backend.ErrNotAcquired) || got != nil || string(v) != "old" || fresh {
+		t.Fatalf("held, stale value: %v, %q, %v, %v; want backend.ErrNotAcquired with the stale bytes", got, v, fresh, err)
 	}
 	// A fresh value: returned, lock untouched (still the holder's).
 	if err := rdb.HSet(ctx, l.keys.Value("k"), rkey.FieldData, "new", rkey.FieldExpires, now.Add(time.Minute).UnixMilli()).Err(); err != nil {

@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import "github.com/herdguard/herdguard/internal/rkey"
 

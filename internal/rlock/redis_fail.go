@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import (
 	"context"
@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/redis/go-redis/v9"
 )
 
 // failure turns a go-redis error into the context's error, when ctx has
-// ended, or a [*BackendError]. The key (the third argument) stays out of
+// ended, or a [*backend.BackendError]. The key (the third argument) stays out of
 // the error: keys may be secrets.
 func failure(ctx context.Context, op, _ string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
@@ -21,7 +22,7 @@ func failure(ctx context.Context, op, _ string, err error) error {
 	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 		return fmt.Errorf("lock: %s: %w", op, context.DeadlineExceeded)
 	}
-	return &BackendError{Op: op, Err: err}
+	return &backend.BackendError{Op: op, Err: err}
 }
 
 // isReply reports whether err is an error reply from Redis, which means the

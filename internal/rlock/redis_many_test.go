@@ -1,10 +1,11 @@
-package lock
+package rlock
 
 import (
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
@@ -24,8 +25,8 @@ func TestRedis_TryAcquireOrGetMany(t *testing.T) {
 	if looks[0].Lease == nil || looks[2].Lease == nil || looks[0].Err != nil || looks[2].Err != nil {
 		t.Fatalf("a, b: %+v %+v, want granted", looks[0], looks[2])
 	}
-	if !errors.Is(looks[1].Err, ErrNotAcquired) || looks[1].Lease != nil {
-		t.Fatalf("held: %+v, want ErrNotAcquired", looks[1])
+	if !errors.Is(looks[1].Err, backend.ErrNotAcquired) || looks[1].Lease != nil {
+		t.Fatalf("held: %+v, want backend.ErrNotAcquired", looks[1])
 	}
 	if looks[0].Lease.Fence() <= 0 || looks[0].Lease.Key() != "a" {
 		t.Errorf("a's lease: key %q fence %d", looks[0].Lease.Key(), looks[0].Lease.Fence())
@@ -33,18 +34,18 @@ func TestRedis_TryAcquireOrGetMany(t *testing.T) {
 	// The grants hold until released: another look finds them taken.
 	again := l.TryAcquireOrGetMany(ctx, []string{"a", "b"}, time.Minute, time.Now())
 	for i, lk := range again {
-		if !errors.Is(lk.Err, ErrNotAcquired) {
-			t.Errorf("look %d again: %+v, want ErrNotAcquired", i, lk)
+		if !errors.Is(lk.Err, backend.ErrNotAcquired) {
+			t.Errorf("look %d again: %+v, want backend.ErrNotAcquired", i, lk)
 		}
 	}
-	lost, err := l.ExtendMany(ctx, []*Lease{looks[0].Lease, looks[2].Lease})
+	lost, err := l.ExtendMany(ctx, []*backend.Lease{looks[0].Lease, looks[2].Lease})
 	if err != nil || lost[0] || lost[1] {
 		t.Fatalf("ExtendMany: %v %v, want both extended", lost, err)
 	}
-	if err := l.ReleaseMany(ctx, []*Lease{looks[0].Lease, looks[2].Lease}); err != nil {
+	if err := l.ReleaseMany(ctx, []*backend.Lease{looks[0].Lease, looks[2].Lease}); err != nil {
 		t.Fatalf("ReleaseMany: %v", err)
 	}
-	lost, err = l.ExtendMany(ctx, []*Lease{looks[0].Lease, held})
+	lost, err = l.ExtendMany(ctx, []*backend.Lease{looks[0].Lease, held})
 	if err != nil || !lost[0] || lost[1] {
 		t.Fatalf("ExtendMany after release: %v %v, want a lost, held kept", lost, err)
 	}

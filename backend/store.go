@@ -1,14 +1,14 @@
-package cache
+package backend
 
 import (
 	"context"
 	"time"
 )
 
-// Store is a shared (L2) byte store with fenced writes, implemented by the
-// backends other than Redis (package resilience's Backend); [Redis] speaks
-// to Redis itself. Values are opaque to the store: envelopes the caller
-// encoded, possibly sealed. The store keeps each value's fence in clear
+// Store is a shared (L2) byte store with fenced writes, implemented by a
+// [Shared] view (package cache's Remote reads and writes entries over it;
+// package cache's Redis speaks to Redis itself). Values are opaque to the
+// store: envelopes the caller encoded, possibly sealed. The store keeps each value's fence in clear
 // beside it, to order writes.
 type Store interface {
 	// Load returns the bytes stored for key, or nil with a nil error when
@@ -23,7 +23,7 @@ type Store interface {
 	// of key so far, for a write made without the lock (Set, Invalidate).
 	// With revoke it also ends the current grant of key's lock: its
 	// holder's next Save with its token fails with ErrLockLost, and its
-	// next extension with lock.ErrNotHeld.
+	// next extension with [ErrNotHeld].
 	NextFence(ctx context.Context, key string, revoke bool) (int64, error)
 }
 

@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/internal/rscript"
 )
@@ -15,10 +16,10 @@ import (
 // Look is what [Redis.TryAcquireOrGetMany] found for one key: as
 // [Redis.TryAcquireOrGet] returns it.
 type Look struct {
-	Lease *Lease // the grant, when the lock was taken
-	Value []byte // the stored value's bytes, fresh or not; nil when none
-	Fresh bool   // the value is fresh: no lock was tried
-	Err   error  // ErrNotAcquired, a *BackendError, or ctx's error
+	Lease *backend.Lease // the grant, when the lock was taken
+	Value []byte         // the stored value's bytes, fresh or not; nil when none
+	Fresh bool           // the value is fresh: no lock was tried
+	Err   error          // backend.ErrNotAcquired, a *backend.BackendError, or ctx's error
 }
 
 // TryAcquireOrGetMany is [Redis.TryAcquireOrGet] for many keys: the i-th
@@ -31,7 +32,7 @@ type Look struct {
 func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease time.Duration, now time.Time) []Look {
 	looks := make([]Look, len(keys))
 	for _, k := range keys {
-		if err := checkArgs(k, lease); err != nil {
+		if err := CheckArgs(k, lease); err != nil {
 			for i := range looks {
 				looks[i].Err = err
 			}
@@ -48,7 +49,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 	beat := min(r.heartbeat, lease/3)
 	toks := make([]string, len(keys))
 	for i := range keys {
-		toks[i] = newToken()
+		toks[i] = NewToken()
 	}
 	runs := r.chunks(len(keys), func(i int) string { return keys[i] })
 	args := make([][]any, len(runs))
@@ -97,13 +98,12 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 			}
 			switch {
 			case fence > 0:
-				l := newLease(r, keys[i], toks[i], fence, lease, beat)
-				l.tookOver = how != 1
+				l := newLease(r, keys[i], toks[i], fence, lease, beat, how != 1)
 				looks[i].Lease = l
 			case fence < 0:
 				looks[i].Fresh = true
 			default:
-				looks[i].Err = ErrNotAcquired
+				looks[i].Err = backend.ErrNotAcquired
 			}
 		}
 	}
@@ -139,7 +139,7 @@ func (r *Redis) chunks(n int, key func(i int) string) [][]int {
 
 // releaseMany runs release_many.lua for keys, held by toks, announcing on
 // channel (empty for none): err[i] is keys[i]'s failure, nil when
-// released, ErrNotHeld when the token no longer held the lock.
+// released, backend.ErrNotHeld when the token no longer held the lock.
 func (r *Redis) releaseMany(ctx context.Context, keys, toks []string, channel string) []error {
 	errs := make([]error, len(keys))
 	runs := r.chunks(len(keys), func(i int) string { return keys[i] })
@@ -164,7 +164,7 @@ func (r *Redis) releaseMany(ctx context.Context, keys, toks []string, channel st
 			case err != nil:
 				errs[i] = failure(ctx, "release", keys[i], err)
 			case replies[n] == int64(0):
-				errs[i] = ErrNotHeld
+				errs[i] = backend.ErrNotHeld
 			}
 		}
 	}
@@ -175,20 +175,16 @@ func (r *Redis) releaseMany(ctx context.Context, keys, toks []string, channel st
 // released on its own), announcing their keys as Release does, in round
 // trips as TryAcquireOrGetMany's, and stops their watchdogs. It returns the first error; a
 // lease already released is skipped.
-func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
-	var mine []*Lease
+func (r *Redis) ReleaseMany(ctx context.Context, leases []*backend.Lease) error {
+	var mine []*backend.Lease
 	var errs []error
 	for _, l := range leases {
-		l.stopWatchdog()
-		l.mu.Lock()
-		done := l.released
-		l.released = true
-		l.mu.Unlock()
+		h, done := l.Detach()
 		if done {
 			continue
 		}
-		if l.h != r {
-			errs = append(errs, l.h.release(ctx, l.key, l.token))
+		if lh, ok := h.(leaseHolder); !ok || lh.h != r {
+			errs = append(errs, h.Release(ctx, l.Key(), l.Token()))
 			continue
 		}
 		mine = append(mine, l)
@@ -199,10 +195,10 @@ func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
 	keys := make([]string, len(mine))
 	toks := make([]string, len(mine))
 	for i, l := range mine {
-		keys[i], toks[i] = l.key, l.token
+		keys[i], toks[i] = l.Key(), l.Token()
 	}
 	for _, err := range r.releaseMany(ctx, keys, toks, r.channel) {
-		if err != nil && !errors.Is(err, ErrNotHeld) {
+		if err != nil && !errors.Is(err, backend.ErrNotHeld) {
 			errs = append(errs, err) // the first: the others are alike
 			break
 		}
@@ -213,36 +209,36 @@ func (r *Redis) ReleaseMany(ctx context.Context, leases []*Lease) error {
 // ExtendMany is each lease's watchdog beat, in round trips as
 // TryAcquireOrGetMany's: it extends
 // each of leases (granted by r) to its TTL from now and records the beat.
-// lost[i] is set when leases[i] was found lost (ErrNotHeld); err is the
+// lost[i] is set when leases[i] was found lost (backend.ErrNotHeld); err is the
 // batch's failure, if it failed as a whole or one of its round trips did.
-func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, err error) {
+func (r *Redis) ExtendMany(ctx context.Context, leases []*backend.Lease) (lost []bool, err error) {
 	lost = make([]bool, len(leases))
 	if len(leases) == 0 {
 		return lost, nil
 	}
-	runs := r.chunks(len(leases), func(i int) string { return leases[i].key })
+	runs := r.chunks(len(leases), func(i int) string { return leases[i].Key() })
 	args := make([][]any, len(runs))
 	for j, run := range runs {
 		a := make([]any, 0, 1+5*len(run))
 		a = append(a, 2*len(run))
 		for _, i := range run {
-			a = append(a, r.keys.Lock(leases[i].key), r.keys.Fence(leases[i].key))
+			a = append(a, r.keys.Lock(leases[i].Key()), r.keys.Fence(leases[i].Key()))
 		}
 		for _, i := range run {
 			l := leases[i]
-			a = append(a, l.token, rkey.Millis(l.ttl), rkey.Millis(l.ttl+r.retention))
+			a = append(a, l.Token(), rkey.Millis(l.TTL()), rkey.Millis(l.TTL()+r.retention))
 		}
 		args[j] = a
 	}
 	cmds, err := rscript.RunWaves(ctx, r.client, extendManyScript, args)
 	if err != nil {
-		return lost, failure(ctx, "extend", leases[0].key, err)
+		return lost, failure(ctx, "extend", leases[0].Key(), err)
 	}
 	var failed error // a round trip's failure, when only some failed
 	for j, run := range runs {
 		replies, err := cmds[j].(*redis.Cmd).Slice()
 		if err != nil && !isReply(err) && failed == nil {
-			failed = failure(ctx, "extend", leases[run[0]].key, err)
+			failed = failure(ctx, "extend", leases[run[0]].Key(), err)
 		}
 		if err != nil || len(replies) != len(run) {
 			continue
@@ -253,9 +249,6 @@ func (r *Redis) ExtendMany(ctx context.Context, leases []*Lease) (lost []bool, e
 	}
 	return lost, failed
 }
-
-// Every returns how often the lease's watchdog beats.
-func (l *Lease) Every() time.Duration { return l.every }
 
 // runReplies is the replies of the j-th of a batch's script runs, one per
 // key of its n keys, or the error that it, or its round trip (berr), met.

@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import (
 	"context"
@@ -243,7 +243,7 @@ func (n *RedisNotifier) Subscribed() bool {
 }
 
 // Notify publishes key on the namespace's channel. A Redis failure is a
-// [*BackendError] with Op "notify"; an ended ctx returns ctx's error.
+// [*backend.BackendError] with Op "notify"; an ended ctx returns ctx's error.
 func (n *RedisNotifier) Notify(ctx context.Context, key string) error {
 	if err := n.client.Publish(ctx, n.channel, key).Err(); err != nil {
 		return failure(ctx, "notify", key, err)

@@ -1,10 +1,12 @@
-package lock
+package rlock
 
 import (
 	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/herdguard/herdguard/backend"
 )
 
 // secretKey is a locked key no error may quote: keys may be secrets.
@@ -16,7 +18,6 @@ const secretKey = "secret-7f3a9c"
 // the errors.
 func TestErrors_nameNoKey(t *testing.T) {
 	r := newLocker(t, rdb)
-	var m Memory
 	ctx := testCtx(t)
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -40,8 +41,7 @@ func TestErrors_nameNoKey(t *testing.T) {
 		{"Inspect, context cancelled", func() error { _, _, err := r.Inspect(done, secretKey); return err }},
 		{"Extend, context cancelled", func() error { return held.Extend(done, time.Minute) }},
 		{"Extend, no lease", func() error { return held.Extend(ctx, 0) }},
-		{"ExtendMany, context cancelled", func() error { _, err := r.ExtendMany(done, []*Lease{held}); return err }},
-		{"Memory TryAcquire, no lease", func() error { _, err := m.TryAcquire(ctx, secretKey, -time.Second); return err }},
+		{"ExtendMany, context cancelled", func() error { _, err := r.ExtendMany(done, []*backend.Lease{held}); return err }},
 		{"Release, context cancelled", func() error { return held.Release(done) }},
 	} {
 		err := tc.call()

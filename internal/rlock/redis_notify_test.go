@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/redistest"
 )
 
@@ -181,13 +182,13 @@ func TestRedisNotifier_Notify_redisKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := n.Notify(testCtx(t), "k")
-	var be *BackendError
+	var be *backend.BackendError
 	if !errors.As(err, &be) || be.Op != "notify" {
-		t.Fatalf("Notify() with Redis down = %v, want a BackendError for notify", err)
+		t.Fatalf("Notify() with Redis down = %v, want a backend.BackendError for notify", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := n.Notify(ctx, "k"); !errors.Is(err, context.Canceled) || errors.Is(err, ErrBackend) {
+	if err := n.Notify(ctx, "k"); !errors.Is(err, context.Canceled) || errors.Is(err, backend.ErrBackend) {
 		t.Fatalf("Notify() with a cancelled ctx = %v, want only context.Canceled", err)
 	}
 }

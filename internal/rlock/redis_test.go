@@ -1,4 +1,4 @@
-package lock
+package rlock
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
@@ -46,7 +47,7 @@ func expireNow(t *testing.T, l *Redis, key string) {
 	}
 }
 
-func acquire(t *testing.T, l *Redis, key string, lease time.Duration) *Lease {
+func acquire(t *testing.T, l *Redis, key string, lease time.Duration) *backend.Lease {
 	t.Helper()
 	ls, err := l.TryAcquire(testCtx(t), key, lease)
 	if err != nil {
@@ -97,7 +98,7 @@ func TestRedisLock_TryAcquire_invalidArgs(t *testing.T) {
 		key   string
 		lease time.Duration
 	}{{"", time.Second}, {"k", 0}, {"k", -time.Second}} {
-		if _, err := l.TryAcquire(testCtx(t), tt.key, tt.lease); err == nil || errors.Is(err, ErrBackend) {
+		if _, err := l.TryAcquire(testCtx(t), tt.key, tt.lease); err == nil || errors.Is(err, backend.ErrBackend) {
 			t.Errorf("TryAcquire(%q, %v) error = %v, want an argument error", tt.key, tt.lease, err)
 		}
 	}
@@ -107,8 +108,8 @@ func TestRedisLock_TryAcquire_heldByAnother(t *testing.T) {
 	l := newLocker(t, rdb)
 	ctx := testCtx(t)
 	a := acquire(t, l, "k", time.Minute)
-	if b, err := l.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, ErrNotAcquired) || b != nil {
-		t.Fatalf("second TryAcquire() = %v, %v; want nil, ErrNotAcquired", b, err)
+	if b, err := l.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) || b != nil {
+		t.Fatalf("second TryAcquire() = %v, %v; want nil, backend.ErrNotAcquired", b, err)
 	}
 	if err := a.Release(ctx); err != nil {
 		t.Fatalf("Release() = %v", err)
@@ -145,8 +146,8 @@ func TestRedisLock_Release_afterLeaseExpired(t *testing.T) {
 	a := acquire(t, l, "k", time.Minute)
 	expireNow(t, l, "k")
 	b := acquire(t, l, "k", time.Minute)
-	if err := a.Release(ctx); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("expired lease Release() = %v, want ErrNotHeld", err)
+	if err := a.Release(ctx); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("expired lease Release() = %v, want backend.ErrNotHeld", err)
 	}
 	if held, _, err := l.Inspect(ctx, "k"); err != nil || !held {
 		t.Fatalf("Inspect() after the stale release = %v, %v; want the successor's lock intact", held, err)
@@ -163,8 +164,8 @@ func TestRedisLock_Release_afterExpiryWithoutSuccessor(t *testing.T) {
 	l := newLocker(t, rdb)
 	a := acquire(t, l, "k", time.Minute)
 	expireNow(t, l, "k")
-	if err := a.Release(testCtx(t)); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("Release() = %v, want ErrNotHeld", err)
+	if err := a.Release(testCtx(t)); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Release() = %v, want backend.ErrNotHeld", err)
 	}
 }
 
@@ -178,14 +179,14 @@ func TestRedisLock_Extend(t *testing.T) {
 	if _, rem, err := l.Inspect(ctx, "k"); err != nil || rem <= 59*time.Second {
 		t.Fatalf("Inspect() after Extend remaining = %v, %v; want about a minute", rem, err)
 	}
-	if err := a.Extend(ctx, 0); err == nil || errors.Is(err, ErrBackend) {
+	if err := a.Extend(ctx, 0); err == nil || errors.Is(err, backend.ErrBackend) {
 		t.Fatalf("Extend(0) = %v, want an argument error", err)
 	}
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("Extend() after Release = %v, want ErrNotHeld", err)
+	if err := a.Extend(ctx, time.Minute); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Extend() after Release = %v, want backend.ErrNotHeld", err)
 	}
 }
 
@@ -196,8 +197,8 @@ func TestRedisLock_Extend_afterLeaseExpired(t *testing.T) {
 	expireNow(t, l, "k")
 	b := acquire(t, l, "k", time.Minute)
 	defer b.Release(ctx)
-	if err := a.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("stale Extend() = %v, want ErrNotHeld", err)
+	if err := a.Extend(ctx, time.Minute); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("stale Extend() = %v, want backend.ErrNotHeld", err)
 	}
 	if tok := rdb.HGet(ctx, l.keys.Lock("k"), "t").Val(); tok != b.Token() {
 		t.Fatalf("lock holds %q after a stale extend, want the successor's token", tok)
@@ -224,8 +225,8 @@ func TestRedisLock_KeepAlive_outlivesLease(t *testing.T) {
 			t.Fatalf("%d beats in 10s", len(beats))
 		}
 	}
-	if _, err := l.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, ErrNotAcquired) {
-		t.Fatalf("TryAcquire() while the watchdog runs = %v, want ErrNotAcquired", err)
+	if _, err := l.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquire() while the watchdog runs = %v, want backend.ErrNotAcquired", err)
 	}
 	if err := a.Release(ctx); err != nil {
 		t.Fatalf("Release() = %v", err)
@@ -344,7 +345,7 @@ func TestRedisLock_Fence_staysAboveStoredValue_withTheRead(t *testing.T) {
 
 func TestRedisLock_TryAcquire_retriedScriptIsIdempotent(t *testing.T) {
 	// go-redis retries a command whose connection broke; the retry of an
-	// acquire that did run must return the same grant, not ErrNotAcquired.
+	// acquire that did run must return the same grant, not backend.ErrNotAcquired.
 	l := newLocker(t, rdb)
 	ctx := testCtx(t)
 	keys := []string{l.keys.Lock("k"), l.keys.Fence("k"), l.keys.Value("k")}
@@ -370,7 +371,7 @@ func TestRedisLock_TryAcquire_canceledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := l.TryAcquire(ctx, "k", time.Minute)
-	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrBackend) || errors.Is(err, ErrNotAcquired) {
+	if !errors.Is(err, context.Canceled) || errors.Is(err, backend.ErrBackend) || errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire() = %v, want only context.Canceled", err)
 	}
 	if keys := lockKeys(t, rdb, l); len(keys) != 0 {
@@ -426,7 +427,7 @@ func TestRedisLock_TryAcquire_cancelStorm(t *testing.T) {
 	t.Logf("%d granted, %d busy, %d cancelled; %d grants made in Redis after the caller gave up",
 		len(st.leases), st.busy, st.cancelled, unseen)
 	if st.unwanted > 0 {
-		t.Errorf("%d acquires failed with neither ErrNotAcquired nor only a ctx error; first: %v",
+		t.Errorf("%d acquires failed with neither backend.ErrNotAcquired nor only a ctx error; first: %v",
 			st.unwanted, st.firstUnwanted)
 	}
 	if st.cancelled == 0 || len(st.leases) == 0 {
@@ -438,7 +439,7 @@ func TestRedisLock_TryAcquire_cancelStorm(t *testing.T) {
 }
 
 type stormResult struct {
-	leases                    []*Lease
+	leases                    []*backend.Lease
 	busy, cancelled, unwanted int
 	firstUnwanted             error
 }
@@ -476,10 +477,10 @@ func cancelStorm(t *testing.T, l *Redis, n, keys int) *stormResult {
 			switch {
 			case err == nil:
 				res.leases = append(res.leases, ls)
-			case errors.Is(err, ErrNotAcquired):
+			case errors.Is(err, backend.ErrNotAcquired):
 				res.busy++
 			case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) &&
-				!errors.Is(err, ErrBackend):
+				!errors.Is(err, backend.ErrBackend):
 				res.cancelled++
 			default:
 				res.unwanted++
@@ -528,7 +529,7 @@ func TestRedisLock_TryAcquire_lostReplyLeavesNoLock(t *testing.T) {
 		cancelCtx bool
 		want      error
 	}{
-		{"connection broke", false, ErrBackend},
+		{"connection broke", false, backend.ErrBackend},
 		{"ctx cancelled in flight", true, context.Canceled},
 	}
 	for _, tt := range tests {
@@ -578,11 +579,11 @@ func TestRedisLock_redisKilled(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.op, func(t *testing.T) {
 			err := tt.call()
-			var be *BackendError
-			if !errors.As(err, &be) || be.Op != tt.op || !errors.Is(err, ErrBackend) {
-				t.Fatalf("%s with Redis down = %v, want a BackendError for %q", tt.op, err, tt.op)
+			var be *backend.BackendError
+			if !errors.As(err, &be) || be.Op != tt.op || !errors.Is(err, backend.ErrBackend) {
+				t.Fatalf("%s with Redis down = %v, want a backend.BackendError for %q", tt.op, err, tt.op)
 			}
-			if errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrNotHeld) || errors.Is(err, context.Canceled) {
+			if errors.Is(err, backend.ErrNotAcquired) || errors.Is(err, backend.ErrNotHeld) || errors.Is(err, context.Canceled) {
 				t.Fatalf("%s with Redis down = %v, which also matches another outcome", tt.op, err)
 			}
 			if !strings.HasPrefix(err.Error(), "lock: "+tt.op+": backend failed") {
@@ -613,7 +614,7 @@ func TestRedisLock_redisPaused(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		_, err := l.TryAcquire(ctx, "k", time.Minute)
-		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBackend) {
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, backend.ErrBackend) {
 			t.Fatalf("TryAcquire() = %v, want only context.DeadlineExceeded", err)
 		}
 	})
@@ -623,8 +624,8 @@ func TestRedisLock_redisPaused(t *testing.T) {
 			o.MaxRetries = -1
 		}))
 		_, err := l.TryAcquire(testCtx(t), "k", time.Minute)
-		if !errors.Is(err, ErrBackend) || errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("TryAcquire() = %v, want a BackendError", err)
+		if !errors.Is(err, backend.ErrBackend) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("TryAcquire() = %v, want a backend.BackendError", err)
 		}
 	})
 	if err := s.Resume(); err != nil {
@@ -641,8 +642,8 @@ func TestRedisLock_cluster(t *testing.T) {
 	for i := range 12 {
 		key := fmt.Sprintf("key-%d", i)
 		a := acquire(t, l, key, time.Minute)
-		if _, err := l.TryAcquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
-			t.Fatalf("%s: second TryAcquire() = %v, want ErrNotAcquired", key, err)
+		if _, err := l.TryAcquire(ctx, key, time.Minute); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("%s: second TryAcquire() = %v, want backend.ErrNotAcquired", key, err)
 		}
 		if err := a.Extend(ctx, 2*time.Minute); err != nil {
 			t.Fatalf("%s: Extend() = %v", key, err)
