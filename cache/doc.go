@@ -1,41 +1,35 @@
 // Package cache holds the value stores a pipeline reads before it calls a
-// loader: [Memory], a bounded in-process cache, and [Redis], a shared store
-// behind it.
+// loader, for use on their own too: [Memory], a bounded in-process cache,
+// and [Redis], a shared store in Redis that reads and writes the entries a
+// pipeline of package resilience keeps there.
 //
 // Both keep an [Entry], not a bare value, so that a stored "not found"
 // (negative caching), a stored zero value and a miss are three different
 // outcomes, and so that an entry remembers when it was written and how long
 // its load took (for early refresh).
 //
-// A [Keyring], set as RedisOptions.Encrypt, seals what [Redis] stores with
-// AES-GCM, each value bound to its key, and rotates keys without a value
-// failing to open.
+// A keyring.Ring (package keyring), set as RedisOptions.Encrypt, seals
+// what [Redis] stores with AES-GCM, each value bound to its key, and
+// rotates keys without a value failing to open.
 //
-// The package knows nothing of pipelines; package resilience composes it.
+// The package knows nothing of pipelines; package resilience composes its
+// Memory and builds its shared store itself, over the same key layout and
+// encoding as [Redis].
 //
 // # Exported names
 //
-// Users of the pipeline who build its stores themselves, or use a store
-// without a pipeline, need [NewMemory], [MemoryOptions], [Memory]'s methods
-// (Set, Find, Lookup, Delete, Clear, Len), [NewRedis], [RedisOptions],
-// [RedisClient], [Redis]'s reads and writes (Get, GetMany, Set, SetMany,
-// Write, Invalidate, Commit, Delete) and its count of unusable values
-// (Corrupted), the value types they exchange
-// ([Entry], [Freshness] with Fresh, Stale and Miss, [Hit], [Got], [Write],
-// [WriteOptions], [Written]) and [DefaultMaxEntries].
+// Users of a store without a pipeline need [NewMemory], [MemoryOptions],
+// [Memory]'s methods (Set, Find, Lookup, Delete, Clear, Len) and the [Hit]
+// that Find reads in place, [DefaultMaxEntries], [NewRedis], [RedisOptions]
+// and [Redis]'s Get, Set, Delete and Invalidate, and the value types they
+// exchange: [Entry] and [Freshness] with [Fresh], [Stale] and [Miss].
+// [Jitter] spreads the TTLs of entries written together.
 //
-// Users who choose how values are stored need [Codec] and [JSON]; those who
-// encrypt them need [NewKeyring], [Keyring] and [Key] (Seal and Open let a
-// rotation plan be checked by hand, as the example shows; the Key and
-// Keyring formatting methods keep secrets out of logs, JSON and %#v).
+// Users who choose how values are stored need [Codec] and [JSON].
 //
 // Code that matches errors needs [ErrNotFound], [ErrExpiredEntry],
-// [ErrLockLost], [ErrCodec] and [ErrDecrypt].
-//
-// The pipeline itself also uses [Redis.Decode] (a value the lock's script
-// read along with the lock), [Hit]'s FreshFor and LoadDuration (early
-// refresh) and [Jitter] (TTL spread): they live here because they are the store's to know, and
-// stay exported because package resilience is another package.
+// [ErrLockLost] and [ErrCodec] (and keyring.ErrDecrypt, for a value that
+// does not open).
 //
 // Implementers of a backend other than Redis (resilience.Backend) need
 // [Store] and [Save]: the contract of a shared byte store with fenced

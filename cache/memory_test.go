@@ -284,3 +284,18 @@ func TestMemory_inSynctestBubble_agesOnTheBubblesClock(t *testing.T) {
 		}
 	})
 }
+
+func TestMemory_Clear(t *testing.T) {
+	m := NewMemory[int](MemoryOptions{MaxEntries: 1000})
+	for i := range 500 {
+		m.Set(string(rune('a'+i%26))+string(rune(i)), memEntry(i, time.Minute, time.Minute))
+	}
+	m.Clear()
+	if n := m.Len(); n != 0 {
+		t.Fatalf("Len after Clear = %d", n)
+	}
+	m.Set("x", memEntry(1, time.Minute, time.Minute))
+	if _, f := m.Lookup("x"); f != Fresh {
+		t.Fatal("Set after Clear does not hold")
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -128,5 +129,5 @@ type BackendOptions struct {
 	// Encrypt, if not nil, seals every value stored in the backend, as
 	// RedisOptions.Encrypt does in Redis.
 	// default: nil (values stored in clear)
-	Encrypt *cache.Keyring
+	Encrypt *keyring.Ring
 }

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -46,7 +47,7 @@ func (c *memoryCoord[V]) commit(context.Context, string, cache.Entry[V], string)
 	return false, errNoStore
 }
 
-func (c *memoryCoord[V]) commitMany(context.Context, []cache.Write[V]) ([]cache.Written, error) {
+func (c *memoryCoord[V]) commitMany(context.Context, []rcache.Write[V]) ([]rcache.Written, error) {
 	return nil, errNoStore
 }
 

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -209,7 +210,7 @@ func (c *redisCoord[V]) commit(ctx context.Context, key string, e cache.Entry[V]
 	return c.p.l2.Commit(ctx, key, e, token)
 }
 
-func (c *redisCoord[V]) commitMany(ctx context.Context, writes []cache.Write[V]) ([]cache.Written, error) {
+func (c *redisCoord[V]) commitMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error) {
 	return c.p.l2.SetMany(ctx, writes)
 }
 

@@ -73,7 +73,7 @@ type Pipeline[V any] struct {
 	keyStages bool
 
 	l1         *cache.Memory[V]
-	l2         l2Store[V]  // *cache.Redis or a backend's; nil without either
+	l2         l2Store[V]  // *rcache.Redis or a backend's; nil without either
 	redisGuard *redisGuard // Redis's or the backend's breaker and timeout; nil without either
 	group      *flightGroup[V]
 

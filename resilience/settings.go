@@ -6,6 +6,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/keyring"
 )
 
 // Defaults of the builder. Each applies when the matching builder method is
@@ -117,10 +118,10 @@ type RedisOptions struct {
 	// Encrypt, if not nil, seals every value the pipeline writes to Redis
 	// with AES-GCM under the keyring's primary key, bound to its full
 	// Redis key, and opens values sealed by any key of the keyring (see
-	// [cache.NewKeyring] for rotation). A value that does not open (a key
+	// [keyring.New] for rotation). A value that does not open (a key
 	// the keyring lacks, altered or moved bytes, a value stored in clear)
 	// is a miss, counted as herdguard.cache.corrupt with
 	// herdguard.reason=decrypt_failed. The fence and expiry fields stay in clear.
 	// default: nil (values stored in clear)
-	Encrypt *cache.Keyring
+	Encrypt *keyring.Ring
 }
