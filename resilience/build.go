@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/obs"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -166,7 +166,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	}
 	p.fb = fallback.Chain[V]{Default: safeDefault(c.defaultFn), Handles: p.isLoadFailure}
 	if c.cacheOn {
-		p.l1 = cache.NewMemory[V](cache.MemoryOptions{MaxEntries: c.maxEntries})
+		p.l1 = rcache.NewMemory[V](rcache.MemoryOptions{MaxEntries: c.maxEntries})
 	}
 	if c.singleFlight || c.lockOn {
 		p.group = new(flightGroup[V])

@@ -57,6 +57,7 @@ import (
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/obs"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/lock"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -72,7 +73,7 @@ type Pipeline[V any] struct {
 	keyless   bool
 	keyStages bool
 
-	l1         *cache.Memory[V]
+	l1         *rcache.Memory[V]
 	l2         l2Store[V]  // *rcache.Redis or a backend's; nil without either
 	redisGuard *redisGuard // Redis's or the backend's breaker and timeout; nil without either
 	group      *flightGroup[V]
@@ -180,7 +181,7 @@ func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]
 // call is the rest of a call, from what L1 held for key: a span for the
 // call and one for each stage that runs, when tracing is on (the L1 span
 // records the lookup just made), then the shared load and the fallbacks.
-func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h cache.Hit[V], f cache.Freshness) (Result[V], error) {
+func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h rcache.Hit[V], f cache.Freshness) (Result[V], error) {
 	var sp trace.Span
 	if p.tel.Tracing() {
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanGet)
@@ -291,7 +292,7 @@ func fromEntry[V any](e *cache.Entry[V], src Source) (Result[V], error) {
 	return Result[V]{Value: e.Value, Source: src}, nil
 }
 
-func fromHit[V any](h cache.Hit[V]) (Result[V], error) {
+func fromHit[V any](h rcache.Hit[V]) (Result[V], error) {
 	if h.NotFound() {
 		return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 )
 
 // lookup is a call's one L1 read (a pipeline without L1 always misses).
@@ -13,9 +14,9 @@ import (
 // the caller's span is not sampled (see [telemetry.Config.HitSpans]).
 // Otherwise [Pipeline.call] goes on from what it found. It allocates
 // nothing on a hit.
-func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) (cache.Hit[V], cache.Freshness, bool) {
+func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) (rcache.Hit[V], cache.Freshness, bool) {
 	if p.l1 == nil {
-		return cache.Hit[V]{}, cache.Miss, false
+		return rcache.Hit[V]{}, cache.Miss, false
 	}
 	h, f := p.l1.Find(key)
 	if f != cache.Fresh {

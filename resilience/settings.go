@@ -5,6 +5,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/keyring"
 )
@@ -15,7 +16,7 @@ import (
 // [LockSettings], [RedisOptions] or [RetrySettings].
 const (
 	// DefaultMaxEntries bounds the in-process cache.
-	DefaultMaxEntries = cache.DefaultMaxEntries
+	DefaultMaxEntries = rcache.DefaultMaxEntries
 	// DefaultJitter spreads TTLs over their last 10%.
 	DefaultJitter = 0.1
 	// DefaultTimeout bounds one loader attempt of a keyed pipeline. A
