@@ -12,17 +12,19 @@
 // what [Redis] stores with AES-GCM, each value bound to its key, and
 // rotates keys without a value failing to open.
 //
-// The package knows nothing of pipelines; package resilience composes its
-// Memory and builds its shared store itself, over the same key layout and
-// encoding as [Redis].
+// The package knows nothing of pipelines. Package resilience builds its
+// in-process and shared stores itself, on the same core as [Memory] and
+// [Redis] (the same bound and eviction, the same key layout, encoding and
+// sealing), so a Redis of a pipeline's prefix and namespace reads and
+// writes that pipeline's entries.
 //
 // # Exported names
 //
-// Users of a store without a pipeline need [NewMemory], [MemoryOptions],
-// [Memory]'s methods (Set, Find, Lookup, Delete, Clear, Len) and the [Hit]
-// that Find reads in place, [DefaultMaxEntries], [NewRedis], [RedisOptions]
-// and [Redis]'s Get, Set, Delete and Invalidate, and the value types they
-// exchange: [Entry] and [Freshness] with [Fresh], [Stale] and [Miss].
+// Users of a store without a pipeline need [NewMemory], [MemoryOptions]
+// and [Memory]'s methods (Set, Lookup, Delete, Clear, Len), [NewRedis],
+// [RedisOptions] and [Redis]'s Get, Set, Delete and Invalidate, and the
+// value types they exchange: [Entry] and [Freshness] with [Fresh], [Stale]
+// and [Miss].
 // [Jitter] spreads the TTLs of entries written together.
 //
 // Users who choose how values are stored need [Codec] and [JSON].
