@@ -1,18 +1,11 @@
 package cache
 
-import "encoding/json"
+import "github.com/herdguard/herdguard/internal/rcache"
 
 // Codec turns values into bytes and back for a shared store such as
-// [Redis]. Implementations must be safe for concurrent use.
-type Codec interface {
-	Marshal(v any) ([]byte, error)
-	Unmarshal(data []byte, v any) error
-}
+// [Redis]: Marshal(v any) ([]byte, error) and Unmarshal(data []byte,
+// v any) error. Implementations must be safe for concurrent use.
+type Codec = rcache.Codec
 
 // JSON is the default [Codec]: encoding/json.
-var JSON Codec = jsonCodec{}
-
-type jsonCodec struct{}
-
-func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
-func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+var JSON Codec = rcache.JSON

@@ -2,7 +2,8 @@ package cache
 
 import (
 	"errors"
-	"time"
+
+	"github.com/herdguard/herdguard/internal/rcache"
 )
 
 // ErrNotFound is what a loader returns to say that the key has no value.
@@ -12,60 +13,33 @@ var ErrNotFound = errors.New("cache: not found")
 
 // Entry is one cached outcome: a value, or a stored "not found".
 //
+// Its fields:
+//
+//   - Value is the loaded value; the zero value when NotFound is set.
+//   - NotFound records that the loader reported [ErrNotFound].
+//   - Written is when the value was loaded and stored.
+//   - Expires is when the entry stops being fresh.
+//   - StaleUntil is when the entry stops being usable as a stale copy; it
+//     is never before Expires.
+//   - LoadDuration is how long the load that produced the entry took.
+//   - Fence is the fencing number of the lock grant under which the entry
+//     was written; 0 when written without a lock, as a user of this
+//     package alone writes ([Redis.Set]). [Memory] does not keep it.
+//
 // The zero Entry is a fresh-less, empty value; a store never returns it for
 // a miss (it reports the miss separately).
-type Entry[V any] struct {
-	// Value is the loaded value. It is the zero value when NotFound is set.
-	Value V
-	// NotFound records that the loader reported [ErrNotFound].
-	NotFound bool
-	// Written is when the value was loaded and stored.
-	Written time.Time
-	// Expires is when the entry stops being fresh.
-	Expires time.Time
-	// StaleUntil is when the entry stops being usable as a stale copy.
-	// It is never before Expires.
-	StaleUntil time.Time
-	// LoadDuration is how long the load that produced the entry took.
-	LoadDuration time.Duration
-	// Fence is the fencing number of the lock grant under which the entry
-	// was written; 0 when written without a lock.
-	Fence int64
-}
+type Entry[V any] = rcache.Entry[V]
 
-// Freshness says how usable a looked-up entry is.
-type Freshness uint8
+// Freshness says how usable a looked-up entry is: [Fresh], [Stale] or
+// [Miss]. Its String method returns "fresh", "stale" or "miss".
+type Freshness = rcache.Freshness
 
 const (
 	// Miss means there is no usable entry.
-	Miss Freshness = iota
+	Miss = rcache.Miss
 	// Fresh means the entry is within its TTL.
-	Fresh
+	Fresh = rcache.Fresh
 	// Stale means the entry's TTL has passed but it is within its grace
 	// period, so it may still be served as a fallback.
-	Stale
+	Stale = rcache.Stale
 )
-
-// String returns "miss", "fresh" or "stale".
-func (f Freshness) String() string {
-	switch f {
-	case Fresh:
-		return "fresh"
-	case Stale:
-		return "stale"
-	default:
-		return "miss"
-	}
-}
-
-// freshnessAt classifies e at time now.
-func (e *Entry[V]) freshnessAt(now time.Time) Freshness {
-	switch {
-	case now.Before(e.Expires):
-		return Fresh
-	case now.Before(e.StaleUntil):
-		return Stale
-	default:
-		return Miss
-	}
-}

@@ -47,7 +47,7 @@ func TestACL_documentedRuleIsEnough(t *testing.T) {
 			client := func() *redis.Client {
 				return srv.Client(func(o *redis.Options) { o.Username, o.Password = user, "pw" })
 			}
-			ring := keyring(t, testKey(1, 0))
+			ring := mustRing(t, testKey(1, 0))
 			rec := newTelRec(t)
 			pod := func() *Pipeline[string] {
 				return build(t, New[string]("acl-"+user).Cache(time.Minute).Redis(client()).TracerProvider(rec.tp).

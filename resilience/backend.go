@@ -5,6 +5,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/keyring"
 )
 
 // BackendOptions configures the pipeline's use of a [backend.Backend]. Zero fields
@@ -28,5 +29,5 @@ type BackendOptions struct {
 	// Encrypt, if not nil, seals every value stored in the backend, as
 	// RedisOptions.Encrypt does in Redis.
 	// default: nil (values stored in clear)
-	Encrypt *cache.Keyring
+	Encrypt *keyring.Ring
 }

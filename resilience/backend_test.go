@@ -20,7 +20,7 @@ import (
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/resilience"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -379,7 +379,7 @@ func TestBackend_setInvalidate_dropOtherL1(t *testing.T) {
 // pipelines with the keyring read back.
 func TestBackend_encrypt_sealedInStore(t *testing.T) {
 	var m backendtest.Memory
-	ring, err := cache.NewKeyring(cache.Key{ID: 7, Secret: bytes.Repeat([]byte{0x5a}, 32)})
+	ring, err := keyring.New(keyring.Key{ID: 7, Secret: bytes.Repeat([]byte{0x5a}, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +464,7 @@ func TestBackend_build_refusesBadConfig(t *testing.T) {
 		"nil":               resilience.New[string]("x").Cache(time.Minute).Backend(nil),
 		"typed nil":         resilience.New[string]("x").Cache(time.Minute).Backend(nilMemory),
 		"negative timeout":  resilience.New[string]("x").Cache(time.Minute).Backend(&m).BackendOptions(resilience.BackendOptions{OpTimeout: -1}),
-		"empty keyring":     resilience.New[string]("x").Cache(time.Minute).Backend(&m).BackendOptions(resilience.BackendOptions{Encrypt: &cache.Keyring{}}),
+		"empty keyring":     resilience.New[string]("x").Cache(time.Minute).Backend(&m).BackendOptions(resilience.BackendOptions{Encrypt: &keyring.Ring{}}),
 		"no cache":          resilience.New[string]("x").Backend(&m),
 	} {
 		p, err := b.Build()

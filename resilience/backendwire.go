@@ -8,10 +8,12 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
+	"github.com/herdguard/herdguard/internal/rcache/remote"
 )
 
 // l2Store is the shared cache (L2) as the pipeline uses it: a
-// *cache.Redis, or a backend's store (backendL2). The Redis fast paths
+// *rcache.Redis, or a backend's store (backendL2). The Redis fast paths
 // (the look that also tries the lock, the batched looks and releases)
 // go to the Redis lock itself, in redisCoord, which reads what it returns
 // with Decode.
@@ -22,27 +24,27 @@ type l2Store[V any] interface {
 	// Commit writes under the lock's token, releases the lock and wakes
 	// its waiters, in one step.
 	Commit(ctx context.Context, key string, e cache.Entry[V], token string) (bool, error)
-	GetMany(ctx context.Context, keys []string) ([]cache.Got[V], error)
-	SetMany(ctx context.Context, writes []cache.Write[V]) ([]cache.Written, error)
+	GetMany(ctx context.Context, keys []string) ([]rcache.Got[V], error)
+	SetMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error)
 	// Write and Invalidate are Set's and Invalidate's: fenced above every
 	// grant and write so far, and announced with o.Origin.
-	Write(ctx context.Context, key string, e cache.Entry[V], o cache.WriteOptions) (int64, error)
-	Invalidate(ctx context.Context, key string, o cache.WriteOptions) (int64, error)
+	Write(ctx context.Context, key string, e cache.Entry[V], o rcache.WriteOptions) (int64, error)
+	Invalidate(ctx context.Context, key string, o rcache.WriteOptions) (int64, error)
 	// Corrupted counts the reads that found bytes that did not decode.
 	Corrupted() uint64
 }
 
-var _ l2Store[int] = (*cache.Redis[int])(nil)
+var _ l2Store[int] = (*rcache.Redis[int])(nil)
 
-// backendL2 is a backend's store as the pipeline's L2: cache.Remote, with
+// backendL2 is a backend's store as the pipeline's L2: remote.Remote, with
 // Set's and Invalidate's announcements made through the backend.
 type backendL2[V any] struct {
-	*cache.Remote[V]
+	*remote.Remote[V]
 	shared backend.Shared
 }
 
 // Write stores e at a fence of its own, then announces it.
-func (b backendL2[V]) Write(ctx context.Context, key string, e cache.Entry[V], o cache.WriteOptions) (int64, error) {
+func (b backendL2[V]) Write(ctx context.Context, key string, e cache.Entry[V], o rcache.WriteOptions) (int64, error) {
 	f, err := b.Remote.Write(ctx, key, e)
 	if err != nil {
 		return 0, err
@@ -55,7 +57,7 @@ func (b backendL2[V]) Write(ctx context.Context, key string, e cache.Entry[V], o
 
 // Invalidate stores a tombstone that revokes key's lock, then announces
 // it.
-func (b backendL2[V]) Invalidate(ctx context.Context, key string, o cache.WriteOptions) (int64, error) {
+func (b backendL2[V]) Invalidate(ctx context.Context, key string, o rcache.WriteOptions) (int64, error) {
 	f, err := b.Remote.Invalidate(ctx, key, o.Hold)
 	if err != nil {
 		return 0, err
@@ -87,7 +89,7 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 	if sh == nil {
 		return &ConfigError{Pipeline: c.name, Field: "Backend", Problem: "Open returned no view and no error"}
 	}
-	remote, err := cache.NewRemote[V](sh, cache.RemoteOptions{
+	rs, err := remote.New[V](sh, remote.Options{
 		Namespace: c.name, Codec: o.Codec, Encrypt: o.Encrypt, OnCorrupt: p.l2Corrupt,
 	})
 	if err != nil {
@@ -95,7 +97,7 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 		return &ConfigError{Pipeline: c.name, Field: "Backend", Problem: err.Error()}
 	}
 	p.co = newBackendCoord(p, sh)
-	p.l2 = backendL2[V]{Remote: remote, shared: sh}
+	p.l2 = backendL2[V]{Remote: rs, shared: sh}
 	p.notifier = sh
 	if c.lockOn {
 		p.locker = sh

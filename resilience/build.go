@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/obs"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/lock"
 )
@@ -169,7 +169,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	}
 	p.fb = fallback.Chain[V]{Default: safeDefault(c.defaultFn), Handles: p.isLoadFailure}
 	if c.cacheOn {
-		p.l1 = cache.NewMemory[V](cache.MemoryOptions{MaxEntries: c.maxEntries})
+		p.l1 = rcache.NewMemory[V](rcache.MemoryOptions{MaxEntries: c.maxEntries})
 	}
 	if c.singleFlight || c.lockOn {
 		p.group = new(flightGroup[V])
@@ -241,8 +241,8 @@ type Pipeline[V any] struct {
 	keyless   bool
 	keyStages bool
 
-	l1         *cache.Memory[V]
-	l2         l2Store[V]  // *cache.Redis or a backend's; nil without either
+	l1         *rcache.Memory[V]
+	l2         l2Store[V]  // *rcache.Redis or a backend's; nil without either
 	redisGuard *redisGuard // Redis's or the backend's breaker and timeout; nil without either
 	group      *flightGroup[V]
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -273,12 +273,12 @@ func (b *Builder[V]) BackendOptions(o BackendOptions) *Builder[V] {
 
 // badStoreOptions records the problems of the fields RedisOptions and
 // BackendOptions share, and reports whether there was one.
-func (b *Builder[V]) badStoreOptions(field string, opTimeout time.Duration, ring *cache.Keyring) bool {
+func (b *Builder[V]) badStoreOptions(field string, opTimeout time.Duration, ring *keyring.Ring) bool {
 	switch {
 	case opTimeout < 0:
 		b.fail(field, "OpTimeout must not be negative, got %v", opTimeout)
 	case ring != nil && len(ring.IDs()) == 0:
-		b.fail(field, "Encrypt holds no keys: build the keyring with cache.NewKeyring")
+		b.fail(field, "Encrypt holds no keys: build the keyring with keyring.New")
 	default:
 		return false
 	}

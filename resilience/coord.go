@@ -10,6 +10,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -48,7 +49,7 @@ type coord[V any] interface {
 	commit(ctx context.Context, key string, e cache.Entry[V], token string) (stored bool, err error)
 	// commitMany writes many entries, each with commit's rules when it
 	// carries a token (a plain write when not), in one step.
-	commitMany(ctx context.Context, writes []cache.Write[V]) ([]cache.Written, error)
+	commitMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error)
 	// extendMany extends leases, the watchdog's beat (of one lease, or a
 	// batch's); lost[i] says leases[i] was found gone.
 	extendMany(ctx context.Context, leases []*backend.Lease) (lost []bool, err error)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -194,11 +195,11 @@ func (c *backendCoord[V]) commit(ctx context.Context, key string, e cache.Entry[
 // statements (PostgreSQL batches them), where the store's SetMany, one
 // write after another, would cost a chunk of 4,096 keys 4,096 sequential
 // round trips.
-func (c *backendCoord[V]) commitMany(ctx context.Context, writes []cache.Write[V]) ([]cache.Written, error) {
+func (c *backendCoord[V]) commitMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error) {
 	if len(writes) <= 1 {
 		return c.p.l2.SetMany(ctx, writes)
 	}
-	out := make([]cache.Written, len(writes))
+	out := make([]rcache.Written, len(writes))
 	errs := make([]error, len(writes))
 	var g errgroup.Group
 	g.SetLimit(backendEachLimit)

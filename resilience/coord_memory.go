@@ -8,6 +8,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rlock"
 )
 
@@ -47,7 +48,7 @@ func (c *memoryCoord[V]) commit(context.Context, string, cache.Entry[V], string)
 	return false, errNoStore
 }
 
-func (c *memoryCoord[V]) commitMany(context.Context, []cache.Write[V]) ([]cache.Written, error) {
+func (c *memoryCoord[V]) commitMany(context.Context, []rcache.Write[V]) ([]rcache.Written, error) {
 	return nil, errNoStore
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/opbudget"
 	"github.com/herdguard/herdguard/internal/presence"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/redisbatch"
 	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/internal/slotreload"
@@ -178,7 +179,7 @@ func (c *redisCoord[V]) commit(ctx context.Context, key string, e cache.Entry[V]
 	return c.p.l2.Commit(ctx, key, e, token)
 }
 
-func (c *redisCoord[V]) commitMany(ctx context.Context, writes []cache.Write[V]) ([]cache.Written, error) {
+func (c *redisCoord[V]) commitMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error) {
 	return c.p.l2.SetMany(ctx, writes)
 }
 

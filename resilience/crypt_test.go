@@ -16,24 +16,24 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
 // testKey returns an AES-256 key whose secret is easy to spot in text.
-func testKey(id uint32, seed byte) cache.Key {
+func testKey(id uint32, seed byte) keyring.Key {
 	b := make([]byte, 32)
 	for i := range b {
 		b[i] = 'a' + (seed+byte(i))%26
 	}
-	return cache.Key{ID: id, Secret: b}
+	return keyring.Key{ID: id, Secret: b}
 }
 
-func keyring(t *testing.T, primary cache.Key, others ...cache.Key) *cache.Keyring {
+func mustRing(t *testing.T, primary keyring.Key, others ...keyring.Key) *keyring.Ring {
 	t.Helper()
-	r, err := cache.NewKeyring(primary, others...)
+	r, err := keyring.New(primary, others...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func keyring(t *testing.T, primary cache.Key, others ...cache.Key) *cache.Keyrin
 
 // assertNoSecret fails t if text shows any of keys' secrets in a usual
 // form.
-func assertNoSecret(t *testing.T, what, text string, keys ...cache.Key) {
+func assertNoSecret(t *testing.T, what, text string, keys ...keyring.Key) {
 	t.Helper()
 	for _, k := range keys {
 		for _, form := range []string{string(k.Secret), hex.EncodeToString(k.Secret), base64.StdEncoding.EncodeToString(k.Secret),
@@ -72,7 +72,7 @@ func spansText(rec *tracetest.SpanRecorder) string {
 
 // cryptPod is one process's pipeline named name on its own client of srv,
 // sealing with ring (nil: in clear).
-func cryptPod(t *testing.T, srv *redistest.Server, name string, ring *cache.Keyring, lockOn bool, more ...func(*Builder[string]) *Builder[string]) *Pipeline[string] {
+func cryptPod(t *testing.T, srv *redistest.Server, name string, ring *keyring.Ring, lockOn bool, more ...func(*Builder[string]) *Builder[string]) *Pipeline[string] {
 	t.Helper()
 	b := New[string](name).Cache(time.Minute).SingleFlight().
 		Redis(srv.Client()).RedisOptions(RedisOptions{OpTimeout: time.Second, Encrypt: ring})
@@ -90,7 +90,7 @@ func cryptPod(t *testing.T, srv *redistest.Server, name string, ring *cache.Keyr
 // keyring reads it as an L2 hit.
 func TestEncrypt_podsShareSealedValues(t *testing.T) {
 	srv := redistest.Start(t)
-	ring := keyring(t, testKey(7, 0))
+	ring := mustRing(t, testKey(7, 0))
 	for _, lockOn := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lock=%v", lockOn), func(t *testing.T) {
 			name := fmt.Sprintf("sealed-%v", lockOn)
@@ -123,7 +123,7 @@ func TestEncrypt_podsShareSealedValues(t *testing.T) {
 // values too, which another pod with the keyring reads as L2 hits.
 func TestEncrypt_writesAndBatchesSealed(t *testing.T) {
 	srv := redistest.Start(t)
-	ring := keyring(t, testKey(9, 1))
+	ring := mustRing(t, testKey(9, 1))
 	a, b := cryptPod(t, srv, "sealed-writes", ring, true), cryptPod(t, srv, "sealed-writes", ring, true)
 	ctx := context.Background()
 	if err := a.Set(ctx, "set", "plaintext-set"); err != nil {
@@ -154,7 +154,7 @@ func TestEncrypt_writesAndBatchesSealed(t *testing.T) {
 func TestEncrypt_swappedValue_missCountedLogged(t *testing.T) {
 	srv := redistest.Start(t)
 	key := testKey(7, 0)
-	ring := keyring(t, key)
+	ring := mustRing(t, key)
 	for _, lockOn := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lock=%v", lockOn), func(t *testing.T) {
 			name := fmt.Sprintf("swap-%v", lockOn)
@@ -218,12 +218,12 @@ func TestEncrypt_rotationAcrossPods(t *testing.T) {
 	ka, kb := testKey(1, 0), testKey(2, 5)
 	ctx := context.Background()
 	never := func(context.Context, string) (string, error) { return "", errors.New("loader called") }
-	steps := []struct{ writer, reader *cache.Keyring }{
-		{keyring(t, ka), keyring(t, ka, kb)},     // 1: B deployed as an opening key
-		{keyring(t, ka, kb), keyring(t, ka)},     //    a pod not yet updated
-		{keyring(t, kb, ka), keyring(t, ka, kb)}, // 2: B made primary
-		{keyring(t, ka, kb), keyring(t, kb, ka)},
-		{keyring(t, kb), keyring(t, kb, ka)}, // 3: A dropped
+	steps := []struct{ writer, reader *keyring.Ring }{
+		{mustRing(t, ka), mustRing(t, ka, kb)},     // 1: B deployed as an opening key
+		{mustRing(t, ka, kb), mustRing(t, ka)},     //    a pod not yet updated
+		{mustRing(t, kb, ka), mustRing(t, ka, kb)}, // 2: B made primary
+		{mustRing(t, ka, kb), mustRing(t, kb, ka)},
+		{mustRing(t, kb), mustRing(t, kb, ka)}, // 3: A dropped
 	}
 	for i, s := range steps {
 		key := fmt.Sprintf("k%d", i)
@@ -236,7 +236,7 @@ func TestEncrypt_rotationAcrossPods(t *testing.T) {
 		}
 	}
 	// A pod still on A alone meets a value sealed by B: a miss, reloaded.
-	w, r := cryptPod(t, srv, "rot", keyring(t, kb, ka), true), cryptPod(t, srv, "rot", keyring(t, ka), true)
+	w, r := cryptPod(t, srv, "rot", mustRing(t, kb, ka), true), cryptPod(t, srv, "rot", mustRing(t, ka), true)
 	if _, err := w.Get(ctx, "skipped", okLoad); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestEncrypt_rotationAcrossPods(t *testing.T) {
 func TestEncrypt_clearAndSealedPods(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	clear, sealed := cryptPod(t, srv, "mixed", nil, false), cryptPod(t, srv, "mixed", keyring(t, testKey(1, 0)), false)
+	clear, sealed := cryptPod(t, srv, "mixed", nil, false), cryptPod(t, srv, "mixed", mustRing(t, testKey(1, 0)), false)
 	if _, err := clear.Get(ctx, "c", okLoad); err != nil {
 		t.Fatal(err)
 	}
@@ -273,13 +273,13 @@ func TestEncrypt_clearAndSealedPods(t *testing.T) {
 func TestEncrypt_config(t *testing.T) {
 	srv := redistest.Start(t)
 	_, err := New[string]("cfg").Cache(time.Minute).Redis(srv.Client()).
-		RedisOptions(RedisOptions{Encrypt: &cache.Keyring{}}).Build()
+		RedisOptions(RedisOptions{Encrypt: &keyring.Ring{}}).Build()
 	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.Field != "RedisOptions" || !strings.Contains(ce.Problem, "cache.NewKeyring") {
+	if !errors.As(err, &ce) || ce.Field != "RedisOptions" || !strings.Contains(ce.Problem, "keyring.New") {
 		t.Fatalf("Build() error = %v; want a *ConfigError on RedisOptions about the keyring", err)
 	}
 	k := testKey(3, 1)
-	o := RedisOptions{Prefix: "app:", Encrypt: keyring(t, k)}
+	o := RedisOptions{Prefix: "app:", Encrypt: mustRing(t, k)}
 	var text bytes.Buffer
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x"} {
 		fmt.Fprintf(&text, verb+"\n", o)

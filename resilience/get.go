@@ -55,6 +55,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -125,7 +126,7 @@ func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]
 // call is the rest of a call, from what L1 held for key: a span for the
 // call and one for each stage that runs, when tracing is on (the L1 span
 // records the lookup just made), then the shared load and the fallbacks.
-func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h cache.Hit[V], f cache.Freshness) (Result[V], error) {
+func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h rcache.Hit[V], f cache.Freshness) (Result[V], error) {
 	var sp trace.Span
 	if p.tel.Tracing() {
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanGet)
@@ -236,7 +237,7 @@ func fromEntry[V any](e *cache.Entry[V], src Source) (Result[V], error) {
 	return Result[V]{Value: e.Value, Source: src}, nil
 }
 
-func fromHit[V any](h cache.Hit[V]) (Result[V], error) {
+func fromHit[V any](h rcache.Hit[V]) (Result[V], error) {
 	if h.NotFound() {
 		return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
 	}
@@ -295,9 +296,9 @@ func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V],
 // the caller's span is not sampled (see [telemetry.Config.HitSpans]).
 // Otherwise [Pipeline.call] goes on from what it found. It allocates
 // nothing on a hit.
-func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) (cache.Hit[V], cache.Freshness, bool) {
+func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) (rcache.Hit[V], cache.Freshness, bool) {
 	if p.l1 == nil {
-		return cache.Hit[V]{}, cache.Miss, false
+		return rcache.Hit[V]{}, cache.Miss, false
 	}
 	h, f := p.l1.Find(key)
 	if f != cache.Fresh {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
+	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -151,7 +153,7 @@ func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
 // or key material. It is the first sign of a rotation step deployed out of
 // order.
 func (p *Pipeline[V]) decryptFailed(err error) bool {
-	if !errors.Is(err, cache.ErrDecrypt) {
+	if !errors.Is(err, keyring.ErrDecrypt) {
 		return false
 	}
 	ctx := context.Background()
@@ -159,7 +161,7 @@ func (p *Pipeline[V]) decryptFailed(err error) bool {
 		p.tel.DecryptFailed(ctx, "l2")
 	}
 	p.logs.episode(ctx, &p.logs.corrupt, slog.LevelWarn, "herdguard: a value in Redis did not decrypt; treated as a miss",
-		"reason", strings.TrimPrefix(err.Error(), cache.ErrDecrypt.Error()+": "))
+		"reason", strings.TrimPrefix(err.Error(), keyring.ErrDecrypt.Error()+": "))
 	return true
 }
 
@@ -172,7 +174,7 @@ func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFu
 		lctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(p.l2Attrs("HGET", "Load", attrKeys.Int(len(keys)))...))
 	}
-	gots, err := guard(lctx, p.redisGuard, func(ctx context.Context) ([]cache.Got[V], error) {
+	gots, err := guard(lctx, p.redisGuard, func(ctx context.Context) ([]rcache.Got[V], error) {
 		gs, err := p.l2.GetMany(ctx, keys)
 		if err != nil {
 			return nil, err
@@ -233,7 +235,7 @@ func readFailed[V any](ctx context.Context, keys []string, err error, outs map[s
 
 // storeMany writes a batch's entries to L2 in one round trip, and to L1
 // those that L2 did not refuse; it returns the leases still to release.
-func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], items []*loadItem, outs map[string]*keyOut[V]) (release []*backend.Lease) {
+func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], items []*loadItem, outs map[string]*keyOut[V]) (release []*backend.Lease) {
 	if len(writes) == 0 {
 		return nil
 	}
@@ -243,7 +245,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []cache.Write[V], it
 			trace.WithAttributes(p.l2Attrs("EVALSHA", "Save", attrKeys.Int(len(writes)))...))
 		defer sp.End()
 	}
-	ws, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]cache.Written, error) {
+	ws, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]rcache.Written, error) {
 		ws, err := p.co.commitMany(ctx, writes)
 		if err != nil {
 			return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -71,7 +72,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 		err = nil
 	}
 	var release []*backend.Lease
-	var writes []cache.Write[V]
+	var writes []rcache.Write[V]
 	var written []*loadItem
 	entries := make(map[string]cache.Entry[V], len(items))
 	for _, it := range items {
@@ -118,7 +119,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 			p.leaseLost(ctx, nil)
 			release = append(release, it.lease)
 		case p.l2 != nil && !out.o.res.FailedOpen:
-			w := cache.Write[V]{Key: it.key, Entry: e}
+			w := rcache.Write[V]{Key: it.key, Entry: e}
 			if it.lease != nil {
 				w.Token, w.Release = it.lease.Token(), true
 			}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 )
 
 // LoadManyFunc loads the values of keys in one call: one SQL query with
@@ -90,7 +91,7 @@ func (p *Pipeline[V]) GetMany(ctx context.Context, keys []string, loadMany LoadM
 	var misses []string
 	stale := map[string]cache.Entry[V]{}
 	for _, k := range uniq {
-		var h cache.Hit[V]
+		var h rcache.Hit[V]
 		f := cache.Miss
 		if p.l1 != nil {
 			h, f = p.l1.Find(k)

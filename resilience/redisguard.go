@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/redisbatch"
 	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/internal/slotreload"
@@ -43,7 +43,7 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	// of one hash slot.
 	batch := redisbatch.New(c.redis, o.OpTimeout)
 	_, cluster := c.redis.(*redis.ClusterClient)
-	l2, err := cache.NewRedis[V](batch, cache.RedisOptions{
+	l2, err := rcache.NewRedis[V](batch, rcache.RedisOptions{
 		Prefix: o.Prefix, Namespace: c.name, Codec: o.Codec, Encrypt: o.Encrypt,
 		OnCorrupt: p.l2Corrupt, Cluster: cluster,
 	})

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -106,7 +106,7 @@ func (p *Pipeline[V]) Refresh(ctx context.Context, key string, load LoadFunc[V])
 // refreshEarly decides, XFetch style, whether a fresh entry should be
 // reloaded now: with probability rising as expiry nears, and earlier for
 // values that took long to load.
-func (p *Pipeline[V]) refreshEarly(h cache.Hit[V]) bool {
+func (p *Pipeline[V]) refreshEarly(h rcache.Hit[V]) bool {
 	took := h.LoadDuration()
 	if took <= 0 {
 		return false

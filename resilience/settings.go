@@ -5,7 +5,9 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/keyring"
 )
 
 // Defaults of the builder. Each applies when the matching builder method is
@@ -14,7 +16,7 @@ import (
 // [LockSettings], [RedisOptions] or [RetrySettings].
 const (
 	// DefaultMaxEntries bounds the in-process cache.
-	DefaultMaxEntries = cache.DefaultMaxEntries
+	DefaultMaxEntries = rcache.DefaultMaxEntries
 	// DefaultJitter spreads TTLs over their last 10%.
 	DefaultJitter = 0.1
 	// DefaultTimeout bounds one loader attempt of a keyed pipeline. A
@@ -117,12 +119,12 @@ type RedisOptions struct {
 	// Encrypt, if not nil, seals every value the pipeline writes to Redis
 	// with AES-GCM under the keyring's primary key, bound to its full
 	// Redis key, and opens values sealed by any key of the keyring (see
-	// [cache.NewKeyring] for rotation). A value that does not open (a key
+	// [keyring.New] for rotation). A value that does not open (a key
 	// the keyring lacks, altered or moved bytes, a value stored in clear)
 	// is a miss, counted as herdguard.cache.corrupt with
 	// herdguard.reason=decrypt_failed. The fence and expiry fields stay in clear.
 	// default: nil (values stored in clear)
-	Encrypt *cache.Keyring
+	Encrypt *keyring.Ring
 }
 
 // GetManyChunk is how many missed keys [Pipeline.GetMany] takes through

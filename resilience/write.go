@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/lock"
 )
@@ -135,8 +136,8 @@ func (p *Pipeline[V]) checkWrite(ctx context.Context, key, op string) error {
 	return nil
 }
 
-func (p *Pipeline[V]) writeOptions() cache.WriteOptions {
-	return cache.WriteOptions{Origin: p.writes.origin, FenceRetention: lock.DefaultFenceRetention, Hold: p.invalidateHold()}
+func (p *Pipeline[V]) writeOptions() rcache.WriteOptions {
+	return rcache.WriteOptions{Origin: p.writes.origin, FenceRetention: lock.DefaultFenceRetention, Hold: p.invalidateHold()}
 }
 
 // capL1 keeps an entry's L1 freshness within L1TTL.

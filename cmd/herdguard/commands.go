@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/lock"
 )
@@ -159,7 +159,7 @@ type invalidateReport struct {
 // Invalidate does: a fenced tombstone, the lock revoked, and the
 // announcement every pipeline instance hears (and drops its copy on).
 func invalidate(ctx context.Context, rdb *redis.Client, _ rkey.Space, o options, key string, out io.Writer) error {
-	store, err := cache.NewRedis[[]byte](rdb, cache.RedisOptions{Prefix: o.prefix, Namespace: o.pipeline, Codec: rawCodec{}})
+	store, err := rcache.NewRedis[[]byte](rdb, rcache.RedisOptions{Prefix: o.prefix, Namespace: o.pipeline, Codec: rawCodec{}})
 	if err != nil {
 		return fmt.Errorf("herdguard: %w", err)
 	}
@@ -167,7 +167,7 @@ func invalidate(ctx context.Context, rdb *redis.Client, _ rkey.Space, o options,
 	// own write and keeps its copy.
 	origin := make([]byte, rkey.OriginLen)
 	_, _ = rand.Read(origin)
-	fence, err := store.Invalidate(ctx, key, cache.WriteOptions{
+	fence, err := store.Invalidate(ctx, key, rcache.WriteOptions{
 		Origin: string(origin), FenceRetention: lock.DefaultFenceRetention, Hold: o.hold})
 	if err != nil {
 		return fmt.Errorf("herdguard: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
 
@@ -217,7 +218,7 @@ func valueOf(rdb *redis.Client, o options, key string, kind *redis.StatusCmd, ha
 		v.State = stateForeign
 	}
 	var why error
-	store, err := cache.NewRedis[[]byte](rdb, cache.RedisOptions{Prefix: o.prefix, Namespace: o.pipeline,
+	store, err := rcache.NewRedis[[]byte](rdb, rcache.RedisOptions{Prefix: o.prefix, Namespace: o.pipeline,
 		Codec: rawCodec{}, OnCorrupt: func(_ string, err error) { why = err }})
 	if err != nil {
 		return v, fmt.Errorf("herdguard: %w", err)

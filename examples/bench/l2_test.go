@@ -8,8 +8,8 @@ import (
 
 	rediscache "github.com/go-redis/cache/v9"
 
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -93,7 +93,7 @@ func l2Hits(s *redistest.Server, ops func(*testing.B, *roundTrips, func(int) err
 			})
 		}},
 		{"pipeline+Encrypt", pipeline("l2sealed", func(bl *resilience.Builder[string]) *resilience.Builder[string] {
-			ring, err := cache.NewKeyring(cache.Key{ID: 1, Secret: []byte("an AES-256 key of 32 bytes......")})
+			ring, err := keyring.New(keyring.Key{ID: 1, Secret: []byte("an AES-256 key of 32 bytes......")})
 			if err != nil {
 				panic(err)
 			}

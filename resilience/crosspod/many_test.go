@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -155,16 +156,16 @@ func TestGetMany_acrossPods(t *testing.T) {
 	f.waitSubscribed(ctx, admin, pods)
 
 	// The warm keys, written to Redis as a pipeline would.
-	l2, err := cache.NewRedis[string](admin, cache.RedisOptions{Namespace: f.name})
+	l2, err := rcache.NewRedis[string](admin, rcache.RedisOptions{Namespace: f.name})
 	if err != nil {
 		t.Fatal(err)
 	}
 	warmKeys := make([]string, warm)
-	writes := make([]cache.Write[string], warm)
+	writes := make([]rcache.Write[string], warm)
 	now := time.Now()
 	for i := range warmKeys {
 		warmKeys[i] = fmt.Sprintf("w%04d", i)
-		writes[i] = cache.Write[string]{Key: warmKeys[i], Entry: cache.Entry[string]{
+		writes[i] = rcache.Write[string]{Key: warmKeys[i], Entry: cache.Entry[string]{
 			Value: "warm:" + warmKeys[i], Written: now, Expires: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}}
 	}
 	ws, err := l2.SetMany(ctx, writes)

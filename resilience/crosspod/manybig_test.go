@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/resilience"
 )
 
@@ -136,7 +137,7 @@ func largeBatch(t *testing.T, pods, largest int) {
 	ctx, cancel := context.WithTimeout(context.Background(), resultBound)
 	defer cancel()
 	f.waitSubscribed(ctx, admin, pods)
-	l2, err := cache.NewRedis[string](admin, cache.RedisOptions{Namespace: f.name})
+	l2, err := rcache.NewRedis[string](admin, rcache.RedisOptions{Namespace: f.name})
 	if err != nil {
 		t.Fatal(err)
 	}

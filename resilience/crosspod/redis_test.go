@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/lock"
 )
@@ -72,12 +73,12 @@ func (f *fleet) waitSubscribed(ctx context.Context, c redis.UniversalClient, n i
 }
 
 // l2Reader is what l2Value needs of a client.
-type l2Reader = cache.RedisClient
+type l2Reader = rcache.RedisClient
 
 // l2Value reads key's value from the Redis cache as the pipelines wrote
 // it; ok is false on a miss.
 func l2Value(ctx context.Context, c l2Reader, name, key string) (v string, ok bool, err error) {
-	r, err := cache.NewRedis[string](c, cache.RedisOptions{Namespace: name})
+	r, err := rcache.NewRedis[string](c, rcache.RedisOptions{Namespace: name})
 	if err != nil {
 		return "", false, err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 )
 
 // entryKey is the key under which the cache keeps the response to req,
@@ -71,12 +72,12 @@ func union(a, b []string) []string {
 // the key that covers it; the headers are remembered so that the next
 // request's key covers them.
 type varies struct {
-	m   *cache.Memory[[]string]
+	m   *rcache.Memory[[]string]
 	ttl time.Duration
 }
 
 func newVaries(o Options) *varies {
-	return &varies{m: cache.NewMemory[[]string](cache.MemoryOptions{MaxEntries: o.CacheMaxEntries}), ttl: o.CacheTTL}
+	return &varies{m: rcache.NewMemory[[]string](rcache.MemoryOptions{MaxEntries: o.CacheMaxEntries}), ttl: o.CacheTTL}
 }
 
 // of returns the headers base's responses vary on, as far as known.

@@ -1,4 +1,4 @@
-package cache
+package rcache
 
 import (
 	"errors"
@@ -146,20 +146,5 @@ func TestWrite_badOptions(t *testing.T) {
 	old.Expires, old.StaleUntil = time.Now().Add(-time.Second), time.Now().Add(-time.Second)
 	if _, err := r.Write(ctx, "k", old, testWrite); !errors.Is(err, ErrExpiredEntry) {
 		t.Errorf("Write of an expired entry = %v, want ErrExpiredEntry", err)
-	}
-}
-
-func TestMemory_Clear(t *testing.T) {
-	m := NewMemory[int](MemoryOptions{MaxEntries: 1000})
-	for i := range 500 {
-		m.Set(string(rune('a'+i%26))+string(rune(i)), entry(i, 0))
-	}
-	m.Clear()
-	if n := m.Len(); n != 0 {
-		t.Fatalf("Len after Clear = %d", n)
-	}
-	m.Set("x", entry(1, 0))
-	if _, f := m.Lookup("x"); f != Fresh {
-		t.Fatal("Set after Clear does not hold")
 	}
 }

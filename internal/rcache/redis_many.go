@@ -1,4 +1,4 @@
-package cache
+package rcache
 
 import (
 	"context"
@@ -143,7 +143,7 @@ func (r *Redis[V]) setArgs(key string, e Entry[V], token string, release bool) (
 	if release && token == "" {
 		return nil, errors.New("cache: commit: empty lock token")
 	}
-	raw, _, ttl, err := r.encode("set", key, e, e.Fence)
+	raw, _, ttl, err := r.Encode("set", key, e, e.Fence)
 	if err != nil {
 		return nil, err
 	}

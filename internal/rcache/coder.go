@@ -1,18 +1,20 @@
-package cache
+package rcache
 
 import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/herdguard/herdguard/keyring"
 )
 
-// coder turns entries into the bytes a shared store keeps and back: the
+// Coder turns entries into the bytes a shared store keeps and back: the
 // codec, the envelope (envelope.go) and, with a keyring, the seal
-// (crypt.go). [Redis] and [Remote] both embed it, so that a value reads
-// the same whichever store carries it.
-type coder[V any] struct {
+// (package keyring). [Redis] and package remote's Remote both embed it, so
+// that a value reads the same whichever store carries it. Init sets it up.
+type Coder[V any] struct {
 	codec Codec
-	ring  *Keyring // nil: entries in clear
+	ring  *keyring.Ring // nil: entries in clear
 	// name is the name a value is sealed under (its associated data):
 	// for Redis, the full Redis key.
 	name      func(key string) string
@@ -20,17 +22,20 @@ type coder[V any] struct {
 	corrupted atomic.Uint64
 }
 
-func (c *coder[V]) init(codec Codec, ring *Keyring, name func(string) string, onCorrupt func(string, error)) {
+// Init sets c up: codec (nil for [JSON]) encodes values, ring (nil for
+// none) seals them under name(key), and onCorrupt (may be nil) hears of
+// the bytes that do not decode.
+func (c *Coder[V]) Init(codec Codec, ring *keyring.Ring, name func(string) string, onCorrupt func(string, error)) {
 	if codec == nil {
 		codec = JSON
 	}
 	c.codec, c.ring, c.name, c.onCorrupt = codec, ring, name, onCorrupt
 }
 
-// decodeAt turns the bytes stored for key into an entry and its freshness
+// DecodeAt turns the bytes stored for key into an entry and its freshness
 // now: nil (nothing stored) is a [Miss]; bytes that do not decode are a
 // Miss too, counted and reported to OnCorrupt.
-func (c *coder[V]) decodeAt(key string, raw []byte) (Entry[V], Freshness) {
+func (c *Coder[V]) DecodeAt(key string, raw []byte) (Entry[V], Freshness) {
 	if raw == nil {
 		return Entry[V]{}, Miss
 	}
@@ -46,7 +51,7 @@ func (c *coder[V]) decodeAt(key string, raw []byte) (Entry[V], Freshness) {
 	return e, f
 }
 
-func (c *coder[V]) decode(key string, raw []byte) (Entry[V], error) {
+func (c *Coder[V]) decode(key string, raw []byte) (Entry[V], error) {
 	raw, err := c.open(key, raw)
 	if err != nil {
 		return Entry[V]{}, err
@@ -71,12 +76,12 @@ func (c *coder[V]) decode(key string, raw []byte) (Entry[V], error) {
 	return e, nil
 }
 
-// encode lays e out for key, with fence in its envelope, sealed when c
+// Encode lays e out for key, with fence in its envelope, sealed when c
 // has a keyring. until is when a store may drop it (the later of
 // e.Expires and e.StaleUntil) and ttl how long that is from now. op names
 // the operation in errors: [ErrExpiredEntry] when until has passed, one
 // matching [ErrCodec] when the value does not encode.
-func (c *coder[V]) encode(op, key string, e Entry[V], fence int64) (raw []byte, until time.Time, ttl time.Duration, err error) {
+func (c *Coder[V]) Encode(op, key string, e Entry[V], fence int64) (raw []byte, until time.Time, ttl time.Duration, err error) {
 	until = e.StaleUntil
 	if until.Before(e.Expires) {
 		until = e.Expires
@@ -98,12 +103,12 @@ func (c *coder[V]) encode(op, key string, e Entry[V], fence int64) (raw []byte, 
 			return nil, until, 0, fmt.Errorf("cache: %s: %w", op, err)
 		}
 	}
-	return c.seal(key, encodeEnvelope(env)), until, ttl, nil
+	return c.Seal(key, encodeEnvelope(env)), until, ttl, nil
 }
 
 // unmarshal runs the codec, turning a failure or a panic (a custom
 // UnmarshalJSON, say) into an error matching [ErrCodec].
-func (c *coder[V]) unmarshal(b []byte, v *V) (err error) {
+func (c *Coder[V]) unmarshal(b []byte, v *V) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: decode panicked: %v", ErrCodec, p)
@@ -116,7 +121,7 @@ func (c *coder[V]) unmarshal(b []byte, v *V) (err error) {
 }
 
 // marshal is unmarshal's twin for encoding.
-func (c *coder[V]) marshal(v V) (b []byte, err error) {
+func (c *Coder[V]) marshal(v V) (b []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: encode panicked: %v", ErrCodec, p)
@@ -128,25 +133,35 @@ func (c *coder[V]) marshal(v V) (b []byte, err error) {
 	return b, nil
 }
 
-func (c *coder[V]) corrupt(key string, err error) {
+// Corrupted returns how many reads found bytes that did not decode.
+func (c *Coder[V]) Corrupted() uint64 { return c.corrupted.Load() }
+
+// Tombstone returns the bytes of an invalidation's tombstone for key: an
+// entry with no expiry and no stale-until, written at written with fence,
+// that every reader takes for a miss; sealed when c has a keyring.
+func (c *Coder[V]) Tombstone(key string, written time.Time, fence int64) []byte {
+	return c.Seal(key, encodeEnvelope(envelope{notFound: true, written: written, fence: fence}))
+}
+
+func (c *Coder[V]) corrupt(key string, err error) {
 	c.corrupted.Add(1)
 	if c.onCorrupt != nil {
 		c.onCorrupt(key, err)
 	}
 }
 
-// seal encrypts an encoded entry for key when c has a keyring. What the
+// Seal encrypts an encoded entry for key when c has a keyring. What the
 // store reads (fence, expiry) stays in clear beside it; only the entry's
 // bytes are sealed, bound to the value's name.
-func (c *coder[V]) seal(key string, envelope []byte) []byte {
+func (c *Coder[V]) Seal(key string, envelope []byte) []byte {
 	if c.ring == nil {
 		return envelope
 	}
 	return c.ring.Seal(c.name(key), envelope)
 }
 
-// open is seal's inverse; without a keyring it returns raw as it is.
-func (c *coder[V]) open(key string, raw []byte) ([]byte, error) {
+// open is Seal's inverse; without a keyring it returns raw as it is.
+func (c *Coder[V]) open(key string, raw []byte) ([]byte, error) {
 	if c.ring == nil {
 		return raw, nil
 	}

@@ -1,4 +1,4 @@
-package cache
+package rcache
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func (r *Redis[V]) Write(ctx context.Context, key string, e Entry[V], o WriteOpt
 	if err := o.check("write"); err != nil {
 		return 0, err
 	}
-	raw, _, ttl, err := r.encode("write", key, e, 0)
+	raw, _, ttl, err := r.Encode("write", key, e, 0)
 	if err != nil {
 		return 0, err
 	}

@@ -1,4 +1,12 @@
-package cache
+// Package keyring seals values with AES-GCM under a ring of keys that can
+// rotate without a single value failing to open. A [Ring] is what a shared
+// store of package cache (RedisOptions.Encrypt) and of package resilience
+// (RedisOptions.Encrypt, BackendOptions.Encrypt) seals its entries with,
+// each bound to the name it is stored under.
+//
+// Printing a [Key] or a [Ring] with any fmt verb, logging it with log/slog
+// or encoding a Key as JSON shows key IDs only, never key material.
+package keyring
 
 import (
 	"crypto/aes"
@@ -23,8 +31,8 @@ import (
 //	end-16 16   authentication tag
 //
 // The associated data is the header's first 6 bytes followed by the name
-// the value is stored under (for [Redis], the full Redis key, prefix and
-// namespace included), so a value copied to another name, or relabelled
+// the value is stored under (for a Redis store of package cache, the full Redis
+// key, prefix and namespace included), so a value copied to another name, or relabelled
 // with another version or key id, does not open.
 const (
 	sealMagic    = 0xE5
@@ -33,16 +41,20 @@ const (
 	sealNonce    = 12
 	sealTag      = 16
 	sealOverhead = sealHeader + sealNonce + sealTag
+
+	// plainMagic is the first byte of an entry a cache stores unsealed (its
+	// envelope), so that Open can say the value was stored in clear.
+	plainMagic = 0xC4
 )
 
-// ErrDecrypt is matched by every error of [Keyring.Open]: bytes that are
+// ErrDecrypt is matched by every error of [Ring.Open]: bytes that are
 // not a sealed value, a value sealed under a key id the keyring does not
 // hold, and a value that fails authentication (another key with the same
 // id, tampered or truncated bytes, or bytes moved from another name). The
 // errors name key ids, never key material.
-var ErrDecrypt = errors.New("cache: value did not decrypt")
+var ErrDecrypt = errors.New("keyring: value did not decrypt")
 
-// Key is one AES key of a [Keyring]. Its ID travels with every value it
+// Key is one AES key of a [Ring]. Its ID travels with every value it
 // seals, so that a reader knows which key opens it; IDs are not secret.
 //
 // Printing a Key with any fmt verb, logging it with log/slog or encoding
@@ -57,7 +69,7 @@ type Key struct {
 
 // String returns the key's ID with the secret redacted.
 func (k Key) String() string {
-	return "cache.Key{ID: " + strconv.FormatUint(uint64(k.ID), 10) + ", Secret: [redacted]}"
+	return "keyring.Key{ID: " + strconv.FormatUint(uint64(k.ID), 10) + ", Secret: [redacted]}"
 }
 
 // GoString is String, for %#v.
@@ -77,14 +89,14 @@ func (k Key) MarshalJSON() ([]byte, error) {
 	return []byte(`{"ID":` + strconv.FormatUint(uint64(k.ID), 10) + `}`), nil
 }
 
-// Keyring seals values with its primary key and opens values sealed by any
+// Ring seals values with its primary key and opens values sealed by any
 // key it holds, so that keys can rotate while every process keeps reading
-// what the others wrote: see [NewKeyring]. It is safe for concurrent use,
-// and immutable: rotating means building a new Keyring.
+// what the others wrote: see [New]. It is safe for concurrent use,
+// and immutable: rotating means building a new Ring.
 //
 // Each seal draws a random 96-bit nonce, so one key must not seal more
 // than 2^32 values (NIST SP 800-38D); rotate well before.
-type Keyring struct {
+type Ring struct {
 	keys []ringKey // the primary first
 }
 
@@ -93,39 +105,39 @@ type ringKey struct {
 	aead cipher.AEAD
 }
 
-// NewKeyring returns a keyring that seals with primary and opens values
+// New returns a keyring that seals with primary and opens values
 // sealed by primary or by any of others.
 //
 // To rotate from key A to key B without a single value failing to open:
-// deploy NewKeyring(A, B) to every process (B opens, A still seals); once
-// every process has B, deploy NewKeyring(B, A) (B seals); once every value
-// sealed by A has expired, deploy NewKeyring(B).
+// deploy New(A, B) to every process (B opens, A still seals); once
+// every process has B, deploy New(B, A) (B seals); once every value
+// sealed by A has expired, deploy New(B).
 //
 // It fails when a secret is not 16, 24 or 32 bytes long, when a secret is
 // all zero bytes (a placeholder, not a key), or when two keys share an ID.
 // Errors name the ID at fault, never the secret.
-func NewKeyring(primary Key, others ...Key) (*Keyring, error) {
+func New(primary Key, others ...Key) (*Ring, error) {
 	all := append([]Key{primary}, others...)
-	r := &Keyring{keys: make([]ringKey, 0, len(all))}
+	r := &Ring{keys: make([]ringKey, 0, len(all))}
 	for i, k := range all {
 		switch n := len(k.Secret); {
 		case n != 16 && n != 24 && n != 32:
-			return nil, fmt.Errorf("cache: keyring: key id %d: secret is %d bytes, want 16, 24 or 32 (AES-128, -192, -256)", k.ID, n)
+			return nil, fmt.Errorf("keyring: key id %d: secret is %d bytes, want 16, 24 or 32 (AES-128, -192, -256)", k.ID, n)
 		case allZero(k.Secret):
-			return nil, fmt.Errorf("cache: keyring: key id %d: secret is all zero bytes, which is no key", k.ID)
+			return nil, fmt.Errorf("keyring: key id %d: secret is all zero bytes, which is no key", k.ID)
 		}
 		for _, prev := range all[:i] {
 			if prev.ID == k.ID {
-				return nil, fmt.Errorf("cache: keyring: key id %d appears twice; ids must be unique", k.ID)
+				return nil, fmt.Errorf("keyring: key id %d appears twice; ids must be unique", k.ID)
 			}
 		}
 		block, err := aes.NewCipher(k.Secret)
 		if err != nil {
-			return nil, fmt.Errorf("cache: keyring: key id %d: cannot build the cipher", k.ID)
+			return nil, fmt.Errorf("keyring: key id %d: cannot build the cipher", k.ID)
 		}
 		aead, err := cipher.NewGCMWithRandomNonce(block)
 		if err != nil {
-			return nil, fmt.Errorf("cache: keyring: key id %d: cannot build the cipher", k.ID)
+			return nil, fmt.Errorf("keyring: key id %d: cannot build the cipher", k.ID)
 		}
 		r.keys = append(r.keys, ringKey{id: k.ID, aead: aead})
 	}
@@ -140,11 +152,11 @@ func allZero(b []byte) bool {
 	return or == 0
 }
 
-// usable reports whether r was built by NewKeyring.
-func (r *Keyring) usable() bool { return r != nil && len(r.keys) > 0 }
+// usable reports whether r was built by New.
+func (r *Ring) usable() bool { return r != nil && len(r.keys) > 0 }
 
 // Primary returns the ID of the key that seals.
-func (r *Keyring) Primary() uint32 {
+func (r *Ring) Primary() uint32 {
 	if !r.usable() {
 		return 0
 	}
@@ -152,7 +164,7 @@ func (r *Keyring) Primary() uint32 {
 }
 
 // IDs returns the IDs of the keys r holds, the primary first.
-func (r *Keyring) IDs() []uint32 {
+func (r *Ring) IDs() []uint32 {
 	if r == nil {
 		return nil
 	}
@@ -164,12 +176,12 @@ func (r *Keyring) IDs() []uint32 {
 }
 
 // String names the keys' IDs, the primary first; never their secrets.
-func (r *Keyring) String() string {
+func (r *Ring) String() string {
 	if !r.usable() {
-		return "cache.Keyring{}"
+		return "keyring.Ring{}"
 	}
 	var b strings.Builder
-	b.WriteString("cache.Keyring{primary: ")
+	b.WriteString("keyring.Ring{primary: ")
 	b.WriteString(strconv.FormatUint(uint64(r.keys[0].id), 10))
 	b.WriteString(", ids: [")
 	for i, k := range r.keys {
@@ -183,20 +195,20 @@ func (r *Keyring) String() string {
 }
 
 // GoString is String, for %#v.
-func (r *Keyring) GoString() string { return r.String() }
+func (r *Ring) GoString() string { return r.String() }
 
 // Format writes String for every verb.
-func (r *Keyring) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(r.String())) }
+func (r *Ring) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(r.String())) }
 
 // LogValue shows the IDs only to log/slog.
-func (r *Keyring) LogValue() slog.Value { return slog.StringValue(r.String()) }
+func (r *Ring) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // Seal encrypts plaintext with the primary key, bound to name: only
-// [Keyring.Open] with the same name opens it. The result is 34 bytes
+// [Ring.Open] with the same name opens it. The result is 34 bytes
 // longer than plaintext: magic byte 0xE5, version 1, the key id (4 bytes,
 // big endian), a random 12-byte nonce, the ciphertext and a 16-byte tag.
-// It panics if r was not built by [NewKeyring].
-func (r *Keyring) Seal(name string, plaintext []byte) []byte {
+// It panics if r was not built by [New].
+func (r *Ring) Seal(name string, plaintext []byte) []byte {
 	k := r.keys[0]
 	out := make([]byte, sealHeader, sealOverhead+len(plaintext))
 	out[0], out[1] = sealMagic, sealVersion
@@ -204,14 +216,14 @@ func (r *Keyring) Seal(name string, plaintext []byte) []byte {
 	return k.aead.Seal(out, nil, plaintext, associated(out[:sealHeader], name))
 }
 
-// Open decrypts a value sealed by [Keyring.Seal] under name, with whichever
+// Open decrypts a value sealed by [Ring.Seal] under name, with whichever
 // key of r sealed it. Every failure matches [ErrDecrypt]; it never panics,
 // whatever sealed holds. The result does not alias sealed.
-func (r *Keyring) Open(name string, sealed []byte) ([]byte, error) {
+func (r *Ring) Open(name string, sealed []byte) ([]byte, error) {
 	switch {
 	case len(sealed) < sealOverhead:
 		return nil, fmt.Errorf("%w: %d bytes, want at least %d", ErrDecrypt, len(sealed), sealOverhead)
-	case sealed[0] == envMagic:
+	case sealed[0] == plainMagic:
 		return nil, fmt.Errorf("%w: the value was stored without encryption", ErrDecrypt)
 	case sealed[0] != sealMagic:
 		return nil, fmt.Errorf("%w: magic byte %#x", ErrDecrypt, sealed[0])

@@ -1,4 +1,4 @@
-package cache_test
+package remote_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache/remote"
+	"github.com/herdguard/herdguard/keyring"
 )
 
 func openView(t *testing.T, m *backendtest.Memory, ns string) backend.Shared {
@@ -22,9 +24,9 @@ func openView(t *testing.T, m *backendtest.Memory, ns string) backend.Shared {
 	return v
 }
 
-func newRemote(t *testing.T, s backend.Store, o cache.RemoteOptions) *cache.Remote[string] {
+func newRemote(t *testing.T, s backend.Store, o remote.Options) *remote.Remote[string] {
 	t.Helper()
-	r, err := cache.NewRemote[string](s, o)
+	r, err := remote.New[string](s, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func entry(v string, fence int64) cache.Entry[string] {
 func TestRemote_roundTripAndFences(t *testing.T) {
 	var m backendtest.Memory
 	v := openView(t, &m, "rt")
-	r := newRemote(t, v, cache.RemoteOptions{Namespace: "rt"})
+	r := newRemote(t, v, remote.Options{Namespace: "rt"})
 	ctx := context.Background()
 	if ok, err := r.Set(ctx, "k", entry("a", 0)); !ok || err != nil {
 		t.Fatalf("Set = %v, %v", ok, err)
@@ -78,7 +80,7 @@ func TestRemote_roundTripAndFences(t *testing.T) {
 func TestRemote_invalidate(t *testing.T) {
 	var m backendtest.Memory
 	v := openView(t, &m, "inv")
-	r := newRemote(t, v, cache.RemoteOptions{Namespace: "inv"})
+	r := newRemote(t, v, remote.Options{Namespace: "inv"})
 	ctx := context.Background()
 	l, err := v.TryAcquire(ctx, "k", time.Minute)
 	if err != nil {
@@ -107,13 +109,13 @@ func TestRemote_invalidate(t *testing.T) {
 func TestRemote_sealedBoundToNamespaceAndKey(t *testing.T) {
 	var m backendtest.Memory
 	v := openView(t, &m, "sealed")
-	ring, err := cache.NewKeyring(cache.Key{ID: 1, Secret: bytes.Repeat([]byte{7}, 32)})
+	ring, err := keyring.New(keyring.Key{ID: 1, Secret: bytes.Repeat([]byte{7}, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reasons []error
-	r := newRemote(t, v, cache.RemoteOptions{Namespace: "sealed", Encrypt: ring, OnCorrupt: func(_ string, err error) { reasons = append(reasons, err) }})
-	other := newRemote(t, v, cache.RemoteOptions{Namespace: "other", Encrypt: ring})
+	r := newRemote(t, v, remote.Options{Namespace: "sealed", Encrypt: ring, OnCorrupt: func(_ string, err error) { reasons = append(reasons, err) }})
+	other := newRemote(t, v, remote.Options{Namespace: "other", Encrypt: ring})
 	ctx := context.Background()
 	if _, err := r.Set(ctx, "a", entry("secret-value", 0)); err != nil {
 		t.Fatal(err)
@@ -135,10 +137,10 @@ func TestRemote_sealedBoundToNamespaceAndKey(t *testing.T) {
 	if _, f, _ := other.Get(ctx, "a"); f != cache.Miss {
 		t.Fatalf("another namespace opened the value: %v", f)
 	}
-	if r.Corrupted() != 1 || len(reasons) != 1 || !errors.Is(reasons[0], cache.ErrDecrypt) {
+	if r.Corrupted() != 1 || len(reasons) != 1 || !errors.Is(reasons[0], keyring.ErrDecrypt) {
 		t.Fatalf("corrupt reads: %d, %v; want one ErrDecrypt", r.Corrupted(), reasons)
 	}
-	if _, err := cache.NewRemote[string](v, cache.RemoteOptions{}); err == nil {
-		t.Fatal("NewRemote accepted an empty namespace")
+	if _, err := remote.New[string](v, remote.Options{}); err == nil {
+		t.Fatal("New accepted an empty namespace")
 	}
 }
