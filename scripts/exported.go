@@ -3,6 +3,8 @@
 // Exported counts the exported identifiers of packages: types, funcs,
 // methods (of exported types, interface methods included), consts, vars
 // and exported struct fields (of exported types), from the non-test files.
+// An alias of a type of this module (type Entry = rcache.Entry) counts
+// with the fields and methods it brings.
 //
 //	go run scripts/exported.go resilience resilience/httpx breaker cache lock fallback telemetry
 //	go run scripts/exported.go -v lock      also lists the names
@@ -73,6 +75,13 @@ func exported(dir string) ([]string, error) {
 								continue
 							}
 							names = append(names, "type "+s.Name.Name)
+							if s.Assign.IsValid() {
+								brought, err := aliased(f, s)
+								if err != nil {
+									return nil, err
+								}
+								names = append(names, brought...)
+							}
 							switch t := s.Type.(type) {
 							case *ast.StructType:
 								for _, fl := range t.Fields.List {
@@ -104,6 +113,52 @@ func exported(dir string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+const module = "github.com/herdguard/herdguard"
+
+// aliased returns the exported fields and methods that the alias s, in
+// file f, brings from a type of another package of this module, named as
+// members of the alias.
+func aliased(f *ast.File, s *ast.TypeSpec) ([]string, error) {
+	t := s.Type
+	switch x := t.(type) {
+	case *ast.IndexExpr:
+		t = x.X
+	case *ast.IndexListExpr:
+		t = x.X
+	}
+	sel, ok := t.(*ast.SelectorExpr)
+	if !ok {
+		return nil, nil
+	}
+	pkg, ok := sel.X.(*ast.Ident)
+	if !ok {
+		return nil, nil
+	}
+	for _, im := range f.Imports {
+		path := strings.Trim(im.Path.Value, `"`)
+		name := path[strings.LastIndex(path, "/")+1:]
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		if name != pkg.Name || !strings.HasPrefix(path, module+"/") {
+			continue
+		}
+		all, err := exported(strings.TrimPrefix(path, module+"/"))
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, n := range all {
+			kind, member, _ := strings.Cut(n, " ")
+			if (kind == "field" || kind == "method") && strings.HasPrefix(member, sel.Sel.Name+".") {
+				out = append(out, kind+" "+s.Name.Name+strings.TrimPrefix(member, sel.Sel.Name))
+			}
+		}
+		return out, nil
+	}
+	return nil, nil
 }
 
 func recvType(e ast.Expr) string {
