@@ -18,7 +18,7 @@ type MemoryOptions struct {
 // many goroutines does not contend; writers lock one of several shards.
 // The bound is the cache's, not a shard's: the cache holds exactly
 // MaxEntries before it evicts. An entry's times are kept on the process's
-// monotonic clock; its Fence is not kept (an entry read back has Fence 0).
+// monotonic clock.
 // Memory is safe for concurrent use.
 type Memory[V any] struct {
 	m *rcache.Memory[V]
@@ -32,11 +32,18 @@ func NewMemory[V any](o MemoryOptions) *Memory[V] {
 // Lookup returns a copy of the entry for key, its times on the wall clock,
 // and how fresh it is. A key that is absent, or whose grace period has
 // passed, is a [Miss] with a nil entry.
-func (m *Memory[V]) Lookup(key string) (*Entry[V], Freshness) { return m.m.Lookup(key) }
+func (m *Memory[V]) Lookup(key string) (*Entry[V], Freshness) {
+	e, f := m.m.Lookup(key)
+	if e == nil {
+		return nil, f
+	}
+	out := outer(*e)
+	return &out, f
+}
 
 // Set stores e under key, replacing any entry there. Its freshness comes
 // from e.Expires and e.StaleUntil, measured against the wall clock now.
-func (m *Memory[V]) Set(key string, e Entry[V]) { m.m.Set(key, e) }
+func (m *Memory[V]) Set(key string, e Entry[V]) { m.m.Set(key, e.inner()) }
 
 // Delete removes key. It reports whether an entry was there.
 func (m *Memory[V]) Delete(key string) bool { return m.m.Delete(key) }

@@ -8,10 +8,10 @@ import (
 func TestMemory_SetLookupDeleteClear(t *testing.T) {
 	m := NewMemory[int](MemoryOptions{MaxEntries: 100})
 	now := time.Now()
-	m.Set("a", Entry[int]{Value: 1, Written: now, Expires: now.Add(time.Minute), StaleUntil: now.Add(time.Hour), Fence: 9})
+	m.Set("a", Entry[int]{Value: 1, Written: now, Expires: now.Add(time.Minute), StaleUntil: now.Add(time.Hour)})
 	m.Set("b", Entry[int]{NotFound: true, Expires: now.Add(-time.Second), StaleUntil: now.Add(time.Hour)})
-	if e, f := m.Lookup("a"); f != Fresh || e == nil || e.Value != 1 || e.Fence != 0 || !e.Written.Equal(now) {
-		t.Fatalf("Lookup(a) = %+v, %v; want 1, fresh, no fence", e, f)
+	if e, f := m.Lookup("a"); f != Fresh || e == nil || e.Value != 1 || !e.Written.Equal(now) {
+		t.Fatalf("Lookup(a) = %+v, %v; want 1, fresh", e, f)
 	}
 	if e, f := m.Lookup("b"); f != Stale || e == nil || !e.NotFound {
 		t.Fatalf("Lookup(b) = %+v, %v; want a stale not-found", e, f)

@@ -82,21 +82,19 @@ func NewRedis[V any](client redis.UniversalClient, o RedisOptions) (*Redis[V], e
 // the latter are reported to OnCorrupt. A Redis failure is returned as an
 // error wrapping go-redis's.
 func (r *Redis[V]) Get(ctx context.Context, key string) (Entry[V], Freshness, error) {
-	return r.r.Get(ctx, key)
+	e, f, err := r.r.Get(ctx, key)
+	return outer(e), f, err
 }
 
-// Set stores e under key until e.StaleUntil, unless the stored entry was
-// written under a newer lock grant: a write whose e.Fence is below the
-// stored entry's fence is refused with stored == false and a nil error, so a
-// superseded holder's late write-back cannot overwrite a newer value. An
-// e.Fence of 0 means the entry was written without a lock; it replaces
-// entries written without one, never one written under a lock (its load
-// may have started before that grant's).
+// Set stores e under key until e.StaleUntil, as a write without a lock: it
+// replaces entries written without one, never one that a pipeline wrote
+// under a lock grant (its load may have started before that grant's): that
+// write is refused with stored == false and a nil error.
 //
 // Set returns [ErrExpiredEntry] if e.StaleUntil has passed, and an error
 // matching [ErrCodec] if the value does not encode.
 func (r *Redis[V]) Set(ctx context.Context, key string, e Entry[V]) (stored bool, err error) {
-	return r.r.Set(ctx, key, e)
+	return r.r.Set(ctx, key, e.inner())
 }
 
 // Delete removes key's entry. Deleting a missing key is not an error.

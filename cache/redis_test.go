@@ -27,7 +27,7 @@ func newRedis(t *testing.T, o RedisOptions) *Redis[string] {
 
 func strEntry(v string, ttl time.Duration) Entry[string] {
 	now := time.Now()
-	return Entry[string]{Value: v, Written: now, Expires: now.Add(ttl), StaleUntil: now.Add(2 * ttl), LoadDuration: time.Millisecond}
+	return Entry[string]{Value: v, Written: now, Expires: now.Add(ttl), StaleUntil: now.Add(2 * ttl)}
 }
 
 func TestNewRedis_invalid(t *testing.T) {
@@ -61,7 +61,7 @@ func TestRedis_SetGetDelete(t *testing.T) {
 		t.Fatalf("Set = %v, %v", stored, err)
 	}
 	got, f, err := r.Get(ctx, "k")
-	if err != nil || f != Fresh || got.Value != "ada" || !got.Expires.Equal(want.Expires) || got.LoadDuration != want.LoadDuration {
+	if err != nil || f != Fresh || got.Value != "ada" || !got.Expires.Equal(want.Expires) || !got.StaleUntil.Equal(want.StaleUntil) {
 		t.Fatalf("Get = %+v, %v, %v; want %+v, Fresh", got, f, err, want)
 	}
 	old := strEntry("old", time.Minute)

@@ -18,17 +18,17 @@ import (
 // go to the Redis lock itself, in redisCoord, which reads what it returns
 // with Decode.
 type l2Store[V any] interface {
-	Get(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error)
-	Decode(key string, raw []byte) (cache.Entry[V], cache.Freshness)
-	Set(ctx context.Context, key string, e cache.Entry[V]) (bool, error)
+	Get(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error)
+	Decode(key string, raw []byte) (rcache.Entry[V], cache.Freshness)
+	Set(ctx context.Context, key string, e rcache.Entry[V]) (bool, error)
 	// Commit writes under the lock's token, releases the lock and wakes
 	// its waiters, in one step.
-	Commit(ctx context.Context, key string, e cache.Entry[V], token string) (bool, error)
+	Commit(ctx context.Context, key string, e rcache.Entry[V], token string) (bool, error)
 	GetMany(ctx context.Context, keys []string) ([]rcache.Got[V], error)
 	SetMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error)
 	// Write and Invalidate are Set's and Invalidate's: fenced above every
 	// grant and write so far, and announced with o.Origin.
-	Write(ctx context.Context, key string, e cache.Entry[V], o rcache.WriteOptions) (int64, error)
+	Write(ctx context.Context, key string, e rcache.Entry[V], o rcache.WriteOptions) (int64, error)
 	Invalidate(ctx context.Context, key string, o rcache.WriteOptions) (int64, error)
 	// Corrupted counts the reads that found bytes that did not decode.
 	Corrupted() uint64
@@ -44,7 +44,7 @@ type backendL2[V any] struct {
 }
 
 // Write stores e at a fence of its own, then announces it.
-func (b backendL2[V]) Write(ctx context.Context, key string, e cache.Entry[V], o rcache.WriteOptions) (int64, error) {
+func (b backendL2[V]) Write(ctx context.Context, key string, e rcache.Entry[V], o rcache.WriteOptions) (int64, error) {
 	f, err := b.Remote.Write(ctx, key, e)
 	if err != nil {
 		return 0, err

@@ -27,7 +27,7 @@ type coord[V any] interface {
 	// read reads key's stored value, without the lock: what waiters look
 	// at. A per-key data problem is a miss; an error (recorded) means the
 	// call goes on without the service.
-	read(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error)
+	read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error)
 	// lookOrLock reads key's stored value and, unless w takes it (fresh,
 	// and for a refresh newer than the copy that called for it), tries
 	// key's lock, in one step. A look that found such a value has no
@@ -46,7 +46,7 @@ type coord[V any] interface {
 	// commit is the holder's last step: write e while token holds key's
 	// lock, release it, and announce the value, in one step. stored is
 	// false when a newer fence wrote key.
-	commit(ctx context.Context, key string, e cache.Entry[V], token string) (stored bool, err error)
+	commit(ctx context.Context, key string, e rcache.Entry[V], token string) (stored bool, err error)
 	// commitMany writes many entries, each with commit's rules when it
 	// carries a token (a plain write when not), in one step.
 	commitMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error)
@@ -94,7 +94,7 @@ func (w want) takes(written *time.Time, f cache.Freshness) bool {
 // look is one look at a key through the lock: the value, and the lease
 // when the lock was granted.
 type look[V any] struct {
-	e     cache.Entry[V]
+	e     rcache.Entry[V]
 	f     cache.Freshness
 	lease *backend.Lease
 	// readFailed is the failure of the read that followed the grant (an
@@ -116,7 +116,7 @@ type look[V any] struct {
 // second read may wait behind a burst's other reads for longer than the
 // lease's beat, and a lease that does not beat meanwhile looks dead to
 // other processes, which would take it over and load the key again.
-func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) (look[V], error) {
+func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want, read func(context.Context, string) (rcache.Entry[V], cache.Freshness, error)) (look[V], error) {
 	e, f, err := read(ctx, key)
 	if err != nil {
 		return look[V]{}, err // recorded by read
@@ -165,7 +165,7 @@ func (p *Pipeline[V]) lookThenLock(ctx, beat context.Context, key string, w want
 // cost a chunk thousands of sequential round trips. Each lease won beats
 // from its grant (see lookThenLock) until the batch's watchdog takes over
 // and stops it (holdMany) or ctx ends.
-func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read func(context.Context, string) (cache.Entry[V], cache.Freshness, error)) []look[V] {
+func (p *Pipeline[V]) lookThenLockMany(ctx context.Context, keys []string, read func(context.Context, string) (rcache.Entry[V], cache.Freshness, error)) []look[V] {
 	looks := make([]look[V], len(keys))
 	panics := make([]*PanicError, len(keys))
 	var g errgroup.Group

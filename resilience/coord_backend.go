@@ -38,7 +38,7 @@ func newBackendCoord[V any](p *Pipeline[V], sh backend.Shared) *backendCoord[V] 
 	return c
 }
 
-func (c *backendCoord[V]) read(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
+func (c *backendCoord[V]) read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
 	return c.p.l2Get(ctx, key)
 }
 
@@ -62,7 +62,7 @@ func (c *backendCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]
 // won beats from its grant, as lookThenLock's does.
 func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.SharedMany, keys []string) ([]look[V], error) {
 	looks := make([]look[V], len(keys))
-	if err := c.readMany(ctx, bm, keys, func(i int, e cache.Entry[V], f cache.Freshness) {
+	if err := c.readMany(ctx, bm, keys, func(i int, e rcache.Entry[V], f cache.Freshness) {
 		looks[i] = look[V]{e: e, f: f}
 	}); err != nil {
 		return nil, err // recorded by readMany
@@ -122,7 +122,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.Shar
 		return looks, nil
 	}
 	var back []*backend.Lease // the leases to give back
-	err = c.readMany(ctx, bm, wkeys, func(j int, e cache.Entry[V], f cache.Freshness) {
+	err = c.readMany(ctx, bm, wkeys, func(j int, e rcache.Entry[V], f cache.Freshness) {
 		lk := &looks[won[j]]
 		switch {
 		case f == cache.Fresh:
@@ -157,7 +157,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.Shar
 // readMany reads keys with LoadMany, as one span and one operation of the
 // breaker, and hands each key's entry to got (a per-key data problem is a
 // miss). Its error is recorded.
-func (c *backendCoord[V]) readMany(ctx context.Context, bm backend.SharedMany, keys []string, got func(i int, e cache.Entry[V], f cache.Freshness)) error {
+func (c *backendCoord[V]) readMany(ctx context.Context, bm backend.SharedMany, keys []string, got func(i int, e rcache.Entry[V], f cache.Freshness)) error {
 	var sp trace.Span
 	if c.p.tel.Tracing() {
 		ctx, sp = c.p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
@@ -177,7 +177,7 @@ func (c *backendCoord[V]) readMany(ctx context.Context, bm backend.SharedMany, k
 	}
 	for i, k := range keys {
 		if raws[i] == nil {
-			got(i, cache.Entry[V]{}, cache.Miss)
+			got(i, rcache.Entry[V]{}, cache.Miss)
 			continue
 		}
 		e, f := c.p.l2.Decode(k, raws[i])
@@ -186,7 +186,7 @@ func (c *backendCoord[V]) readMany(ctx context.Context, bm backend.SharedMany, k
 	return nil
 }
 
-func (c *backendCoord[V]) commit(ctx context.Context, key string, e cache.Entry[V], token string) (bool, error) {
+func (c *backendCoord[V]) commit(ctx context.Context, key string, e rcache.Entry[V], token string) (bool, error) {
 	return c.p.l2.Commit(ctx, key, e, token)
 }
 

@@ -26,10 +26,10 @@ var _ coord[int] = (*memoryCoord[int])(nil)
 // stages never ask of it: it has no L2.
 var errNoStore = errors.New("resilience: the embedded default has no shared store")
 
-func (c *memoryCoord[V]) read(_ context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
+func (c *memoryCoord[V]) read(_ context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
 	e, f := c.p.l1.Lookup(key)
 	if e == nil {
-		return cache.Entry[V]{}, f, nil
+		return rcache.Entry[V]{}, f, nil
 	}
 	return *e, f, nil
 }
@@ -44,7 +44,7 @@ func (c *memoryCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]l
 	return c.p.lookThenLockMany(ctx, keys, c.read), nil
 }
 
-func (c *memoryCoord[V]) commit(context.Context, string, cache.Entry[V], string) (bool, error) {
+func (c *memoryCoord[V]) commit(context.Context, string, rcache.Entry[V], string) (bool, error) {
 	return false, errNoStore
 }
 

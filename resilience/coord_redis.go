@@ -35,7 +35,7 @@ type redisCoord[V any] struct {
 
 var _ coord[int] = (*redisCoord[int])(nil)
 
-func (c *redisCoord[V]) read(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
+func (c *redisCoord[V]) read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
 	return c.p.l2Get(ctx, key)
 }
 
@@ -175,7 +175,7 @@ func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]lo
 	return looks, nil
 }
 
-func (c *redisCoord[V]) commit(ctx context.Context, key string, e cache.Entry[V], token string) (bool, error) {
+func (c *redisCoord[V]) commit(ctx context.Context, key string, e rcache.Entry[V], token string) (bool, error) {
 	return c.p.l2.Commit(ctx, key, e, token)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 )
 
 // pending is what a look found that calls for a load, or a wait: the rest
@@ -149,7 +150,7 @@ func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V],
 // cold goes to the look that also tries the lock (which over Redis reads
 // plainly first only while most looks of late found their value: see
 // redisCoord.lookOrLock).
-func (p *Pipeline[V]) l2Fresh(e *cache.Entry[V]) bool {
+func (p *Pipeline[V]) l2Fresh(e *rcache.Entry[V]) bool {
 	return !e.NotFound && e.StaleUntil.Add(-p.grace).After(time.Now())
 }
 
@@ -272,7 +273,7 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 
 // fillL1 copies an entry read from L2 into L1, keeping L1's TTL no longer
 // than L1TTL, unless key was written or dropped since o's load began.
-func (p *Pipeline[V]) fillL1(key string, e cache.Entry[V], o *outcome[V]) {
+func (p *Pipeline[V]) fillL1(key string, e rcache.Entry[V], o *outcome[V]) {
 	if p.l1 == nil {
 		return
 	}
@@ -287,7 +288,7 @@ func (p *Pipeline[V]) fillL1(key string, e cache.Entry[V], o *outcome[V]) {
 
 // fillIfCurrent puts e in L1 unless key was written or dropped since the
 // load that produced it began (stamp).
-func (p *Pipeline[V]) fillIfCurrent(key string, e cache.Entry[V], stamp uint64) {
+func (p *Pipeline[V]) fillIfCurrent(key string, e rcache.Entry[V], stamp uint64) {
 	p.writes.gens.fill(key, stamp, func() { p.l1.Set(key, e) })
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/herdguard/herdguard/cache"
 	sflight "github.com/herdguard/herdguard/internal/flight"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -296,7 +297,7 @@ func (t *tasks) close() {
 // outcome is what a shared load hands every caller that joined it.
 type outcome[V any] struct {
 	res      Result[V]
-	stale    cache.Entry[V] // a stale copy found in L2, for the fallback chain
+	stale    rcache.Entry[V] // a stale copy found in L2, for the fallback chain
 	hasStale bool
 	leadSpan trace.SpanContext // the leader's single-flight span (parent of the shared load), for joiners' links
 	// refresh is set for a background refresh: a fresh entry serves it
@@ -314,7 +315,7 @@ type outcome[V any] struct {
 // that called for it: L1 keeps write times on its monotonic clock and
 // gives them back on the wall clock, a few microseconds off either way,
 // so the same write read back from L2 must not pass for a newer one.
-func (o *outcome[V]) accepts(e *cache.Entry[V], f cache.Freshness) bool {
+func (o *outcome[V]) accepts(e *rcache.Entry[V], f cache.Freshness) bool {
 	return o.want().takes(&e.Written, f)
 }
 

@@ -154,7 +154,7 @@ func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h 
 		r, err = p.miss(ctx, key, load, h.Entry(), true)
 	default:
 		p.stats.misses.Add(1)
-		r, err = p.miss(ctx, key, load, cache.Entry[V]{}, false)
+		r, err = p.miss(ctx, key, load, rcache.Entry[V]{}, false)
 	}
 	p.finishCall(ctx, sp, &r, err)
 	return r, err
@@ -230,7 +230,7 @@ func (p *Pipeline[V]) finishMany(ctx context.Context, sp trace.Span, b *manyCall
 	sp.End()
 }
 
-func fromEntry[V any](e *cache.Entry[V], src Source) (Result[V], error) {
+func fromEntry[V any](e *rcache.Entry[V], src Source) (Result[V], error) {
 	if e.NotFound {
 		return Result[V]{Source: src, NotFound: true}, ErrNotFound
 	}
@@ -247,7 +247,7 @@ func fromHit[V any](h rcache.Hit[V]) (Result[V], error) {
 // miss handles a call the in-process cache could not answer: one shared
 // load per key, then the fallback chain for whoever it failed. stale is
 // what L1 held for key, if anything (hasStale).
-func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], stale cache.Entry[V], hasStale bool) (Result[V], error) {
+func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], stale rcache.Entry[V], hasStale bool) (Result[V], error) {
 	if hasStale && p.swr {
 		// Serve the stale copy now; one refresh runs in the background.
 		p.refreshAsync(ctx, key, load, stale.Written)
@@ -272,7 +272,7 @@ func (p *Pipeline[V]) miss(ctx context.Context, key string, load LoadFunc[V], st
 // err: the load's result, or the fallback chain's (with a span of its own
 // when spanned). stale is what L1 held for key, if anything (hasStale).
 // GetMany settles each of its keys with it too.
-func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V], err error, stale cache.Entry[V], hasStale, spanned bool) (Result[V], error) {
+func (p *Pipeline[V]) settleMiss(ctx context.Context, key string, o *outcome[V], err error, stale rcache.Entry[V], hasStale, spanned bool) (Result[V], error) {
 	if err == nil || o.res.NotFound {
 		return o.res, err
 	}

@@ -20,7 +20,7 @@ import (
 // a client span.
 // A per-key data problem is a miss (counted); an error means the call
 // fails open: it goes on without L2.
-func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (cache.Entry[V], cache.Freshness, error) {
+func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
 	var sp trace.Span
 	if p.tel.Tracing() {
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
@@ -28,7 +28,7 @@ func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (cache.Entry[V], ca
 		defer sp.End()
 	}
 	type got struct {
-		e cache.Entry[V]
+		e rcache.Entry[V]
 		f cache.Freshness
 	}
 	g, err := guard(ctx, p.redisGuard, func(ctx context.Context) (got, error) {
@@ -85,7 +85,7 @@ func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, er
 // nothing, since a newer load may already have landed) and only above the
 // stored entry's fence. A write refused either way leaves L1 alone too: a
 // newer value exists, or may.
-func (p *Pipeline[V]) store(ctx context.Context, key string, e cache.Entry[V], g *grant, o *outcome[V]) {
+func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], g *grant, o *outcome[V]) {
 	if g != nil && g.lost.Load() {
 		p.leaseLost(ctx, nil)
 		return

@@ -74,7 +74,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 	var release []*backend.Lease
 	var writes []rcache.Write[V]
 	var written []*loadItem
-	entries := make(map[string]cache.Entry[V], len(items))
+	entries := make(map[string]rcache.Entry[V], len(items))
 	for _, it := range items {
 		out := outs[it.key]
 		out.set = true
@@ -138,14 +138,14 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 }
 
 // newEntry stamps a loaded value with its times.
-func (p *Pipeline[V]) newEntry(v V, notFound bool, took time.Duration, fence int64) cache.Entry[V] {
+func (p *Pipeline[V]) newEntry(v V, notFound bool, took time.Duration, fence int64) rcache.Entry[V] {
 	now := time.Now()
 	ttl, grace := p.ttl, p.grace
 	if notFound {
 		ttl, grace = p.negTTL, 0
 	}
 	ttl = cache.Jitter(ttl, p.jitter)
-	return cache.Entry[V]{
+	return rcache.Entry[V]{
 		Value: v, NotFound: notFound,
 		Written: now, Expires: now.Add(ttl), StaleUntil: now.Add(ttl + grace),
 		LoadDuration: took, Fence: fence,
@@ -328,7 +328,7 @@ func withLoaderTTL(ctx context.Context) (context.Context, *loaderTTL) {
 }
 
 // applyLoaderTTL re-times e with the TTL its loader set, if any.
-func (p *Pipeline[V]) applyLoaderTTL(e *cache.Entry[V], h *loaderTTL) {
+func (p *Pipeline[V]) applyLoaderTTL(e *rcache.Entry[V], h *loaderTTL) {
 	d := time.Duration(h.d.Load())
 	if d == 0 || e.NotFound {
 		return

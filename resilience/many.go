@@ -89,7 +89,7 @@ func (p *Pipeline[V]) GetMany(ctx context.Context, keys []string, loadMany LoadM
 	}
 	b := &manyCall[V]{res: make(map[string]Result[V], len(uniq)), errs: KeyErrors{}}
 	var misses []string
-	stale := map[string]cache.Entry[V]{}
+	stale := map[string]rcache.Entry[V]{}
 	for _, k := range uniq {
 		var h rcache.Hit[V]
 		f := cache.Miss
@@ -143,7 +143,7 @@ type manyCall[V any] struct {
 // this process, and runs one shared batch load for the rest (see
 // joinFlightMany), then settles each key as its answer comes, until ctx
 // ends. Close waits for it.
-func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []string, stale map[string]cache.Entry[V], load LoadManyFunc[V]) {
+func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []string, stale map[string]rcache.Entry[V], load LoadManyFunc[V]) {
 	// The loads run on the caller's goroutine, or are launched (see
 	// joinFlightMany); Close waits for this call too.
 	if !p.bg.add() {
@@ -179,7 +179,7 @@ func (b *manyCall[V]) failRest(keys []string, err error) {
 
 // settle turns one key's outcome into its Result, with the fallback chain
 // for a failed load, as miss does for Get.
-func (p *Pipeline[V]) settle(ctx context.Context, b *manyCall[V], a answer[V], stale cache.Entry[V], hasStale bool) {
+func (p *Pipeline[V]) settle(ctx context.Context, b *manyCall[V], a answer[V], stale rcache.Entry[V], hasStale bool) {
 	o, err := a.o, a.err
 	if o == nil {
 		o = &outcome[V]{}

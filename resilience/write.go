@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/lock"
@@ -141,7 +140,7 @@ func (p *Pipeline[V]) writeOptions() rcache.WriteOptions {
 }
 
 // capL1 keeps an entry's L1 freshness within L1TTL.
-func (p *Pipeline[V]) capL1(e *cache.Entry[V]) {
+func (p *Pipeline[V]) capL1(e *rcache.Entry[V]) {
 	if limit := time.Now().Add(p.l1TTL); e.Expires.After(limit) {
 		e.Expires = limit
 		if e.StaleUntil.Before(limit) {

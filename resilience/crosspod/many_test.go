@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/resilience"
 )
@@ -165,7 +164,7 @@ func TestGetMany_acrossPods(t *testing.T) {
 	now := time.Now()
 	for i := range warmKeys {
 		warmKeys[i] = fmt.Sprintf("w%04d", i)
-		writes[i] = rcache.Write[string]{Key: warmKeys[i], Entry: cache.Entry[string]{
+		writes[i] = rcache.Write[string]{Key: warmKeys[i], Entry: rcache.Entry[string]{
 			Value: "warm:" + warmKeys[i], Written: now, Expires: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}}
 	}
 	ws, err := l2.SetMany(ctx, writes)

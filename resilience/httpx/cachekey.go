@@ -103,5 +103,5 @@ func (v *varies) learn(base string, h http.Header) {
 	}
 	all := union(known, names)
 	now := time.Now() // the memory's own clock
-	v.m.Set(base, cache.Entry[[]string]{Value: all, Written: now, Expires: now.Add(v.ttl), StaleUntil: now.Add(v.ttl)})
+	v.m.Set(base, rcache.Entry[[]string]{Value: all, Written: now, Expires: now.Add(v.ttl), StaleUntil: now.Add(v.ttl)})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/backend/backendtest"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rcache/remote"
 	"github.com/herdguard/herdguard/keyring"
 )
@@ -33,9 +34,9 @@ func newRemote(t *testing.T, s backend.Store, o remote.Options) *remote.Remote[s
 	return r
 }
 
-func entry(v string, fence int64) cache.Entry[string] {
+func entry(v string, fence int64) rcache.Entry[string] {
 	now := time.Now()
-	return cache.Entry[string]{Value: v, Written: now, Expires: now.Add(time.Minute), StaleUntil: now.Add(2 * time.Minute), Fence: fence}
+	return rcache.Entry[string]{Value: v, Written: now, Expires: now.Add(time.Minute), StaleUntil: now.Add(2 * time.Minute), Fence: fence}
 }
 
 func TestRemote_roundTripAndFences(t *testing.T) {
