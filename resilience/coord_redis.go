@@ -135,14 +135,18 @@ func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]lo
 			trace.WithAttributes(telemetry.DBSystemRedis, telemetry.DBOperationName.String("EVALSHA"), attrKeys.Int(len(keys))))
 		defer sp.End()
 	}
+	var partly error
 	ls, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]rlock.Look, error) {
 		ls := c.rl.TryAcquireOrGetMany(ctx, keys, p.lockCfg.Lease, time.Now())
+		var failed []error
 		for _, l := range ls {
 			if l.Err != nil && !errors.Is(l.Err, backend.ErrNotAcquired) && classify(ctx, l.Err) != errData {
-				return ls, l.Err
+				failed = append(failed, l.Err)
 			}
 		}
-		return ls, nil
+		whole, part := batchFailure(failed, len(ls))
+		partly = part
+		return ls, whole
 	})
 	if err != nil {
 		// A look that failed as a whole grants nothing: give back what
@@ -158,6 +162,10 @@ func (c *redisCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]lo
 			p.failOpen(ctx, sp, "l2_get", err)
 		}
 		return nil, err
+	}
+	if partly != nil && classify(ctx, partly) != errCanceled {
+		// Its keys that Redis did not answer fail open alone (lookFailed).
+		p.failOpen(ctx, sp, "l2_get", partly)
 	}
 	looks := make([]look[V], len(ls))
 	hits := 0

@@ -250,12 +250,15 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 		if err != nil {
 			return nil, err
 		}
+		var failed []error
 		for _, w := range ws {
 			if w.Err != nil && classify(ctx, w.Err) == errInfra {
-				return ws, w.Err
+				failed = append(failed, w.Err)
 			}
 		}
-		return ws, nil
+		// Writes Redis did not answer fail open one by one (below).
+		whole, _ := batchFailure(failed, len(ws))
+		return ws, whole
 	})
 	if err != nil {
 		p.failOpen(ctx, sp, "l2_set", err)
@@ -308,6 +311,22 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 		sp.AddEvent("writes refused: a newer fence wrote the key", trace.WithAttributes(attrKeys.Int(refused)))
 	}
 	return release
+}
+
+// batchFailure sorts a batch's failures of the service, failed of n items:
+// whole is the first when every item failed so, the batch's failure,
+// which the guard counts; part is the first when only some did. A batch
+// that Redis answered in part (one of its round trips late behind other
+// processes' work) is no failure of Redis's: the items it did not answer
+// fail open alone, and the others keep their answers.
+func batchFailure(failed []error, n int) (whole, part error) {
+	switch {
+	case len(failed) == 0:
+		return nil, nil
+	case len(failed) == n:
+		return failed[0], nil
+	}
+	return nil, failed[0]
 }
 
 func appendLease(ls []*backend.Lease, l *backend.Lease) []*backend.Lease {

@@ -36,13 +36,12 @@ var (
 
 // GetMany returns the values of keys, as [Pipeline.GetResult] would for
 // each, at the cost of one batch: the in-process cache first; then, for
-// its misses, one Redis round trip that reads each key's value and, with
-// Lock, tries its lock (one script per key, all pipelined); then ONE call
-// of loadMany for every key this process won, or that Redis could not
-// answer, written back in one round trip (write, release and announce per
+// its misses, Redis reads each key's value and, with Lock, tries its lock
+// (scripts of up to 128 keys, several to a round trip); then ONE call of
+// loadMany for every key this process won, or that Redis could not
+// answer, written back the same way (write, release and announce per
 // key). More than [GetManyChunk] misses go through these steps a chunk at
-// a time, with a loader call per chunk. (A round trip carries at most 128
-// commands: a chunk's look goes out as a few of them, side by side.) Keys
+// a time, with a loader call per chunk. Keys
 // another process holds are waited for together, in the wait loop of
 // [Pipeline.Get] with its rules (woken by their announcements, a dead
 // holder taken over, MaxWait, then a load without the lock); the wait
