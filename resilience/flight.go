@@ -128,8 +128,9 @@ func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFu
 	first := func(fctx context.Context) {
 		if pd.lk.Lease != nil && pd.lk.G == nil {
 			// The lease's watchdog starts now (unless it beats since its
-			// grant, see internal/coord's lookThenLock), not when the load's goroutine gets
-			// to run: a busy process must not look dead to the others.
+			// grant, see internal/coord's lookThenLock), not when the
+			// load's goroutine gets to run: a busy process must not look
+			// dead to the others.
 			pd.lk.G = coord.Hold(fctx, p.co, pd.lk.Lease)
 		}
 	}
