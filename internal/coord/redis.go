@@ -40,7 +40,7 @@ func (c *redisCoord[V]) Read(ctx context.Context, key string) (rcache.Entry[V], 
 	return c.d.Read(ctx, key)
 }
 
-// lookOrLock runs the look script, with a client span; when the value
+// LookOrLock runs the look script, with a client span; when the value
 // most likely landed, a plain read, the cheapest command, comes first,
 // and the script runs only if it finds no value w takes. The value most
 // likely landed when the caller says so (likely), or, for a look that is
@@ -126,7 +126,7 @@ func (c *redisCoord[V]) recheck(ctx context.Context, key string, lk Look[V], w W
 	return lk, nil
 }
 
-// lookOrLockMany runs the batch look script (up to rscript.MaxKeys keys a
+// LookOrLockMany runs the batch look script (up to rscript.MaxKeys keys a
 // run, rscript.Wave runs a round trip), with one client span.
 func (c *redisCoord[V]) LookOrLockMany(ctx context.Context, keys []string) ([]Look[V], error) {
 	d := &c.d
@@ -188,7 +188,7 @@ func (c *redisCoord[V]) ExtendMany(ctx context.Context, leases []*backend.Lease)
 	return c.rl.ExtendMany(ctx, leases)
 }
 
-// release gives the lease back; the Redis lock announces in the same
+// Release gives the lease back; the Redis lock announces in the same
 // round trip.
 func (c *redisCoord[V]) Release(ctx context.Context, _ string, lease *backend.Lease) {
 	_ = lease.Release(ctx)
