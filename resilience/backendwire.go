@@ -8,6 +8,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rcache/remote"
 )
@@ -15,8 +16,8 @@ import (
 // l2Store is the shared cache (L2) as the pipeline uses it: a
 // *rcache.Redis, or a backend's store (backendL2). The Redis fast paths
 // (the look that also tries the lock, the batched looks and releases)
-// go to the Redis lock itself, in redisCoord, which reads what it returns
-// with Decode.
+// go to the Redis lock itself, in internal/coord's Redis adapter, which
+// reads what it returns with Decode.
 type l2Store[V any] interface {
 	Get(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error)
 	Decode(key string, raw []byte) (rcache.Entry[V], cache.Freshness)
@@ -81,7 +82,7 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 	if err != nil {
 		return err
 	}
-	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout, deadline: true}
+	p.redisGuard = &coord.Guard{Breaker: br, OpTimeout: o.OpTimeout, Deadline: true}
 	sh, err := c.backend.Open(backend.Scope{Namespace: c.name, Heartbeat: lockDefaults(c.lock).Heartbeat})
 	if err != nil {
 		return fmt.Errorf("resilience: pipeline %q: open the backend: %w", c.name, err)
@@ -96,12 +97,14 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 		_ = sh.Close()
 		return &ConfigError{Pipeline: c.name, Field: "Backend", Problem: err.Error()}
 	}
-	p.co = newBackendCoord(p, sh)
 	p.l2 = backendL2[V]{Remote: rs, shared: sh}
 	p.notifier = sh
 	if c.lockOn {
 		p.locker = sh
 	}
+	d := p.deps()
+	d.Check = p.checkBackend(sh)
+	p.co = coord.NewBackend(d, sh)
 	p.writes.origin = newOrigin()
 	stop := sh.Watch(func(key, origin string) {
 		if origin != p.writes.origin {
@@ -128,5 +131,5 @@ func (p *Pipeline[V]) l2Corrupt(_ string, err error) {
 // l2Attrs is the attributes of an L2 client span: db.system.name and
 // the operation, Redis's command or the backend's method.
 func (p *Pipeline[V]) l2Attrs(redisOp, backendOp string, more ...attribute.KeyValue) []attribute.KeyValue {
-	return p.co.l2Attrs(redisOp, backendOp, more...)
+	return p.co.L2Attrs(redisOp, backendOp, more...)
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rlock"
@@ -174,6 +176,9 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if c.singleFlight || c.lockOn {
 		p.group = new(flightGroup[V])
 	}
+	if c.lockOn {
+		p.lockCfg = lockDefaults(c.lock)
+	}
 	if c.redis != nil {
 		if err := p.wireRedis(c); err != nil {
 			return nil, err
@@ -185,13 +190,12 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 			return nil, err
 		}
 	}
-	if c.lockOn {
-		p.lockCfg = lockDefaults(c.lock)
-		if p.locker == nil { // embedded default
-			n := new(rlock.MemoryNotifier)
-			p.locker, p.notifier = new(lock.Memory), n
-			p.co = &memoryCoord[V]{p: p, n: n}
-		}
+	if c.lockOn && p.locker == nil { // embedded default
+		n := new(rlock.MemoryNotifier)
+		p.locker, p.notifier = new(lock.Memory), n
+		d := p.deps()
+		d.Read = p.l1Read
+		p.co = coord.NewMemory(d, n)
 	}
 	p.keyStages = p.l1 != nil || p.group != nil || p.locker != nil
 	// The call metric reads the Stats counters when collected; last, so
@@ -203,6 +207,32 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	}
 	p.closers = append(p.closers, stop)
 	return p, nil
+}
+
+// deps is what the seam's adapters need of p (see coord.Deps), but
+// Check, which each service has its own: built once L2, the guard and
+// the lock are.
+func (p *Pipeline[V]) deps() coord.Deps[V] {
+	d := coord.Deps[V]{
+		Tel: p.tel, Guard: p.redisGuard, Locker: p.locker, Lease: p.lockCfg.Lease,
+		Read: p.l2Get, Release: p.release, ReleaseMany: p.releaseMany,
+		FailOpen: p.failOpen, Corrupt: p.corrupt,
+		Panicked: func(v any) any { return panicked("pipeline", v) },
+	}
+	if p.l2 != nil {
+		d.Store = p.l2
+	}
+	return d
+}
+
+// l1Read is the embedded default's read: L1, where the values that
+// waiters look at land.
+func (p *Pipeline[V]) l1Read(_ context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
+	e, f := p.l1.Lookup(key)
+	if e == nil {
+		return rcache.Entry[V]{}, f, nil
+	}
+	return *e, f, nil
 }
 
 func lockDefaults(l LockSettings) LockSettings {
@@ -242,15 +272,15 @@ type Pipeline[V any] struct {
 	keyStages bool
 
 	l1         *rcache.Memory[V]
-	l2         l2Store[V]  // *rcache.Redis or a backend's; nil without either
-	redisGuard *redisGuard // Redis's or the backend's breaker and timeout; nil without either
+	l2         l2Store[V]   // *rcache.Redis or a backend's; nil without either
+	redisGuard *coord.Guard // Redis's or the backend's breaker and timeout; nil without either
 	group      *flightGroup[V]
 
 	locker   lock.Locker
 	notifier lock.Notifier
-	// co is the coordination seam (coord.go): Redis's, a backend's, or
+	// co is the coordination seam (internal/coord): Redis's, a backend's, or
 	// with Lock alone the embedded default's; nil without L2 and lock.
-	co      coord[V]
+	co      coord.Coord[V]
 	lockCfg LockSettings
 
 	br        *breaker.Breaker

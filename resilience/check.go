@@ -88,17 +88,27 @@ func (p *Pipeline[V]) Check(ctx context.Context) error {
 	if p.co == nil {
 		return nil
 	}
-	return p.co.check(ctx)
+	return p.co.Check(ctx)
 }
 
 // checkRedis is Check with Redis: the ACL probes of package
 // internal/aclcheck.
-func (p *Pipeline[V]) checkRedis(ctx context.Context) error {
-	t := p.redisGuard.check
+func (p *Pipeline[V]) checkRedis(ctx context.Context, t checkTarget) error {
 	if f := aclcheck.Run(ctx, t.client, t.prefix, p.name, t.lock); f != nil {
 		return &CheckError{Pipeline: p.name, Backend: redisName, Problem: f.Problem, Err: f.Err, Missing: f.Missing}
 	}
 	return nil
+}
+
+// checkBackend is Check with a backend: its Ping, since a backend checks
+// itself.
+func (p *Pipeline[V]) checkBackend(sh backend.Shared) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := sh.Ping(ctx); err != nil {
+			return &CheckError{Pipeline: p.name, Backend: backendName(sh), Problem: "the backend does not answer", Err: err}
+		}
+		return nil
+	}
 }
 
 // isDenied reports whether err is Redis refusing the client's credentials

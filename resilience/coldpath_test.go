@@ -10,10 +10,10 @@ import (
 )
 
 // TestColdGetPath is what scripts/coldpath.go measures: which files of
-// package resilience a cold Get with Redis and Lock runs, by the
-// coverage of one Build and Close (HERDGUARD_COLD_PATH=base) against the
-// same with one cold Get between them (HERDGUARD_COLD_PATH=get). It is
-// skipped otherwise.
+// package resilience (and of internal/coord) a cold Get with Redis and
+// Lock runs, by the coverage of one Build and Close
+// (HERDGUARD_COLD_PATH=base) against the same with one cold Get between
+// them (HERDGUARD_COLD_PATH=get). It is skipped otherwise.
 func TestColdGetPath(t *testing.T) {
 	mode := os.Getenv("HERDGUARD_COLD_PATH")
 	if mode == "" {

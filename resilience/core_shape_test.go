@@ -12,14 +12,19 @@ import (
 	"testing"
 )
 
-// callers returns, for each call in the package's non-test files whose
-// callee's expression is name or ends in "."+name (p.bg.add for
-// "bg.add"), the function whose body holds it, once each, sorted.
+// callers returns, for each call in the non-test files of the package
+// and of the seam it runs on (internal/coord) whose callee's expression
+// is name or ends in "."+name (p.bg.add for "bg.add"), the function whose
+// body holds it, once each, sorted.
 func callers(t *testing.T, name string) []string {
 	t.Helper()
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, pattern := range []string{"*.go", "../internal/coord/*.go"} {
+		fs, err := filepath.Glob(pattern)
+		if err != nil || len(fs) == 0 {
+			t.Fatalf("%s: %v, %d files", pattern, err, len(fs))
+		}
+		files = append(files, fs...)
 	}
 	fset := token.NewFileSet()
 	var in []string
@@ -65,11 +70,12 @@ func TestCore_oneLaunch(t *testing.T) {
 	}
 }
 
-// TestCore_oneWatchdog: a lease beats in one loop, beat, on the seam's
-// extendMany, whether it is one lease (hold) or a batch's (holdMany).
+// TestCore_oneWatchdog: a lease beats in one loop, beat (internal/coord),
+// on the seam's ExtendMany, whether it is one lease (coord.Hold) or a
+// batch's (holdMany).
 func TestCore_oneWatchdog(t *testing.T) {
-	if got := callers(t, "co.extendMany"); !slices.Equal(got, []string{"beat"}) {
-		t.Errorf("extendMany is called from %v; want beat alone", got)
+	if got := callers(t, "co.ExtendMany"); !slices.Equal(got, []string{"beat"}) {
+		t.Errorf("ExtendMany is called from %v; want beat alone", got)
 	}
 	if got := callers(t, "KeepAlive"); len(got) > 0 {
 		t.Errorf("lock's own watchdog is started from %v; want none", got)

@@ -83,7 +83,7 @@ func callHook(stage string, fn func()) (err error) {
 // panicked is the [*PanicError] of a panic of the named stage, with the
 // stack of the goroutine that recovered it. A *PanicError panicked with
 // again (a panic carried from a goroutine of the call to the caller's, see
-// lookThenLockMany) is returned as it is.
+// internal/coord's lookThenLockMany) is returned as it is.
 func panicked(stage string, v any) *PanicError {
 	if pe, ok := v.(*PanicError); ok {
 		return pe

@@ -810,7 +810,7 @@ func TestOnBreakerChange_callbackCallsPipeline_noDeadlock(t *testing.T) {
 		tr.observe(name, from, to)
 		// Back into the pipeline and both breakers, from the callback.
 		_ = p.br.State()
-		_ = p.redisGuard.br.State()
+		_ = p.redisGuard.Breaker.State()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := p.Get(ctx, "cb:"+name+":"+to.String(), ok); err != nil && !errors.Is(err, ErrNotFound) {

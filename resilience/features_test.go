@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rkey"
 )
@@ -187,7 +188,7 @@ func TestIsFailure_answersPassThrough_failuresGoToBreakerRetryFallback(t *testin
 	}
 	// The open breaker now refuses even calls that would be answers.
 	before := answers.calls.Load()
-	if r, err := p.GetResult(ctx, "a-late", answers.load); err != nil || r.Source != SourceDefault || !isBreakerRefusal(r.Cause) {
+	if r, err := p.GetResult(ctx, "a-late", answers.load); err != nil || r.Source != SourceDefault || !coord.IsRefusal(r.Cause) {
 		t.Fatalf("open breaker: %+v %v; want the default for the refusal", r, err)
 	}
 	if answers.calls.Load() != before {

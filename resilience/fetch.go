@@ -13,6 +13,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 )
 
@@ -25,11 +26,11 @@ type pending[V any] struct {
 	// mark is the notifier's, taken before the look: a subscription
 	// after it misses no announcement since.
 	mark uint64
-	// locked: lk and err are a look through the lock (lookOrLock),
+	// locked: lk and err are a look through the lock (LookOrLock),
 	// which began at start.
 	locked bool
 	start  time.Time
-	lk     look[V]
+	lk     coord.Look[V]
 	err    error
 }
 
@@ -83,7 +84,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		// Announcements delivered from now on reach the subscription that
 		// a wait takes after the looks below, however late (see
 		// subscribe): a look that finds the value needs none.
-		pd.mark = p.co.mark()
+		pd.mark = p.co.Mark()
 	}
 	if p.l1 != nil && !o.refresh {
 		// A caller that missed L1 just before the previous shared load
@@ -128,17 +129,17 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 // value: a pointer to it would move every miss's pending to the heap.
 func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V], pd pending[V], likely bool) (_ pending[V], finished bool, err error) {
 	pd.locked, pd.start = true, time.Now()
-	pd.lk, pd.err = p.co.lookOrLock(ctx, key, likely, o.want())
+	pd.lk, pd.err = p.co.LookOrLock(ctx, key, likely, o.want())
 	switch {
-	case pd.err == nil && pd.lk.lease == nil: // a value: no lock needed
-		p.fillL1(key, pd.lk.e, o)
-		o.res, err = fromEntry(&pd.lk.e, SourceL2)
+	case pd.err == nil && pd.lk.Lease == nil: // a value: no lock needed
+		p.fillL1(key, pd.lk.E, o)
+		o.res, err = fromEntry(&pd.lk.E, SourceL2)
 		return pd, true, err
 	case pd.err != nil && !errors.Is(pd.err, backend.ErrNotAcquired) && ctx.Err() != nil:
 		return pending[V]{relook: true}, false, nil
 	}
-	if pd.lk.f == cache.Stale {
-		o.stale, o.hasStale = pd.lk.e, true
+	if pd.lk.F == cache.Stale {
+		o.stale, o.hasStale = pd.lk.E, true
 	}
 	return pd, false, nil
 }
@@ -149,7 +150,7 @@ func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V],
 // is that less the grace. A plain read then answers; a key that may be
 // cold goes to the look that also tries the lock (which over Redis reads
 // plainly first only while most looks of late found their value: see
-// redisCoord.lookOrLock).
+// internal/coord's redisCoord.LookOrLock).
 func (p *Pipeline[V]) l2Fresh(e *rcache.Entry[V]) bool {
 	return !e.NotFound && e.StaleUntil.Add(-p.grace).After(time.Now())
 }

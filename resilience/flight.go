@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	sflight "github.com/herdguard/herdguard/internal/flight"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
@@ -125,11 +126,12 @@ func sharedSpan[V any](sp trace.Span, joiner bool, o *outcome[V]) {
 func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFunc[V], f *flight[V], pd pending[V]) (done chan struct{}, finished bool, err error) {
 	done = p.group.Waitable(f)
 	first := func(fctx context.Context) {
-		if pd.lk.lease != nil && pd.lk.g == nil {
+		if pd.lk.Lease != nil && pd.lk.G == nil {
 			// The lease's watchdog starts now (unless it beats since its
-			// grant, see lookThenLock), not when the load's goroutine gets
-			// to run: a busy process must not look dead to the others.
-			pd.lk.g = p.hold(fctx, pd.lk.lease)
+			// grant, see internal/coord's lookThenLock), not when the
+			// load's goroutine gets to run: a busy process must not look
+			// dead to the others.
+			pd.lk.G = coord.Hold(fctx, p.co, pd.lk.Lease)
 		}
 	}
 	if !p.launch(sctx, launching{timeout: p.flightTimeout, inline: ctx.Done() == nil, first: first}, func(fctx context.Context) {
@@ -316,15 +318,11 @@ type outcome[V any] struct {
 // gives them back on the wall clock, a few microseconds off either way,
 // so the same write read back from L2 must not pass for a newer one.
 func (o *outcome[V]) accepts(e *rcache.Entry[V], f cache.Freshness) bool {
-	return o.want().takes(&e.Written, f)
+	return o.want().Takes(&e.Written, f)
 }
 
 // want is what a look for o takes.
-func (o *outcome[V]) want() want { return want{refresh: o.refresh, after: o.after} }
-
-// writtenSlack is how much later than a refresh's entry another entry must
-// have been written to count as newer.
-const writtenSlack = time.Millisecond
+func (o *outcome[V]) want() coord.Want { return coord.Want{Refresh: o.refresh, After: o.after} }
 
 // failOpen marks the outcome as having gone on without Redis because of
 // err.

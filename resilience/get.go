@@ -10,7 +10,7 @@
 //	             the rest; the L1 fill and its write generations; the fences;
 //	             the one recoverer of panics
 //	l2.go        L2 reads, the write-back (the commit under a grant)
-//	lock.go      the lock stage: the winner holds and loads; the watchdog
+//	lock.go      the lock stage: the winner holds and loads; its releases
 //	wait.go      the wait loop for the values others hold: a key's, a batch's
 //	loader.go    the loader call and its store, for a key and a batch:
 //	             breaker, timeout, SetTTL, the load counts (retry.go: retry)
@@ -19,31 +19,34 @@
 //	outcome.go   what a loader's error means to the stages after it
 //	errors.go    every error type
 //
-// The stages ask the coordination seam (coord.go) for the look that also
-// tries the lock, the commit, releases, extensions and announcements; its
-// adapters are coord_redis.go (Redis, with its breaker guard, the
-// classifier of Redis errors and the subscription's hooks),
-// coord_backend.go (any Backend) and coord_memory.go (the embedded
-// default). GetMany (many.go: its entry and the settling of each key)
-// takes the same files: each stage's batch form sits beside its
-// single-key form.
+// The stages ask the coordination seam, package internal/coord, for the
+// look that also tries the lock, the commit, releases, extensions and
+// announcements. Its adapters are internal/coord's redis.go (Redis),
+// backend.go (any Backend) and memory.go (the embedded default); beside
+// them sit guard.go (the Redis breaker's guard and the classifier of
+// Redis errors) and watchdog.go (the one watchdog, for one lease or a
+// batch's). build.go hands an adapter what it needs of the pipeline
+// (coord.Deps) when it builds it. GetMany (many.go: its entry and the
+// settling of each key) takes the same files: each stage's batch form
+// sits beside its single-key form.
 //
-// Around them: redisguard.go (the Redis breaker's wiring), backend.go and
-// backendwire.go (a Backend in place of Redis, its wiring), builder.go,
-// settings.go and build.go (Builder, the settings and their defaults,
-// Build, the Pipeline and its Close), do.go (Do), write.go (Set,
-// Invalidate), fence.go (Fence), peek.go, stats.go, health.go, logs.go.
+// Around them: redisguard.go (Redis's wiring: the breaker, the seam, the
+// subscription's hooks), backend.go and backendwire.go (a Backend in
+// place of Redis, its wiring), builder.go, settings.go and build.go
+// (Builder, the settings and their defaults, Build, the Pipeline and its
+// Close), do.go (Do), write.go (Set, Invalidate), fence.go (Fence),
+// peek.go, stats.go, health.go, logs.go.
 //
 // `go run scripts/coldpath.go` lists the files a cold Get with Redis and
 // Lock runs, measured by coverage.
 //
 // The mechanisms that are not stages live in internal packages of their
-// own: internal/flight (the group of flights that the single-flight stage
-// leads and joins), internal/redisbatch (the Redis commands of a moment
-// sent in batches), internal/slotreload (a Cluster client's slot map
-// reloaded when Redis operations fail), internal/presence (whether the
-// looks of late found their value) and internal/aclcheck (what check.go's
-// Check asks Redis's ACL).
+// own: internal/coord (the seam), internal/flight (the group of flights
+// that the single-flight stage leads and joins), internal/redisbatch (the
+// Redis commands of a moment sent in batches), internal/slotreload (a
+// Cluster client's slot map reloaded when Redis operations fail),
+// internal/presence (whether the looks of late found their value) and
+// internal/aclcheck (what check.go's Check asks Redis's ACL).
 
 package resilience
 
@@ -55,6 +58,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -354,9 +358,9 @@ func countCall[V any](s *stats, r *Result[V], err error) {
 // failed open with Lock on. A load under a grant whose re-check failed
 // open is not one: the grant still keeps the others waiting. A load after
 // MaxWait is counted where the wait ends (see await).
-func (p *Pipeline[V]) countLoad(ctx context.Context, g *grant, failedOpen bool) {
+func (p *Pipeline[V]) countLoad(ctx context.Context, g *coord.Grant, failedOpen bool) {
 	switch {
-	case g != nil && g.lease.TookOver():
+	case g != nil && g.Lease.TookOver():
 		p.duplicates(ctx, dupTakeover, 1)
 	case g == nil && failedOpen && p.locker != nil:
 		p.duplicates(ctx, dupFailOpen, 1)

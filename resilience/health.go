@@ -33,10 +33,10 @@ func (p *Pipeline[V]) Health() Health {
 		h.Breakers[p.br.Name()] = p.br.State()
 	}
 	if p.redisGuard != nil {
-		h.Breakers[p.redisGuard.br.Name()] = p.redisGuard.br.State()
+		h.Breakers[p.redisGuard.Breaker.Name()] = p.redisGuard.Breaker.State()
 	}
 	if p.co != nil {
-		h.Subscribed = p.co.subscribed()
+		h.Subscribed = p.co.Subscribed()
 	}
 	return h
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/telemetry"
@@ -31,11 +32,11 @@ func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (rcache.Entry[V], c
 		e rcache.Entry[V]
 		f cache.Freshness
 	}
-	g, err := guard(ctx, p.redisGuard, func(ctx context.Context) (got, error) {
+	g, err := coord.Do(ctx, p.redisGuard, func(ctx context.Context) (got, error) {
 		e, f, err := p.l2.Get(ctx, key)
 		return got{e, f}, err
 	})
-	if err != nil && classify(ctx, err) == errData {
+	if err != nil && coord.Classify(ctx, err) == coord.Data {
 		p.corrupt(ctx, sp, err)
 		g, err = got{f: cache.Miss}, nil
 	}
@@ -63,8 +64,8 @@ func (p *Pipeline[V]) corrupt(ctx context.Context, sp trace.Span, err error) {
 
 // failOpen records that a call went on without Redis.
 func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, err error) {
-	why := p.co.failReason()
-	if classify(ctx, err) == errRefused {
+	why := p.co.FailReason()
+	if coord.Classify(ctx, err) == coord.Refused {
 		why = "breaker_open"
 	} else if isDenied(err) {
 		why = "redis_denied" // misconfigured: credentials or ACL
@@ -85,8 +86,8 @@ func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, er
 // nothing, since a newer load may already have landed) and only above the
 // stored entry's fence. A write refused either way leaves L1 alone too: a
 // newer value exists, or may.
-func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], g *grant, o *outcome[V]) {
-	if g != nil && g.lost.Load() {
+func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], g *coord.Grant, o *outcome[V]) {
+	if g != nil && g.Lost.Load() {
 		p.leaseLost(ctx, nil)
 		return
 	}
@@ -99,18 +100,18 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 		}
 		// With L2, a grant is always of L2's own lock (Redis's, or the
 		// backend's): the embedded default's lock has no L2.
-		stored, err := guard(ctx, p.redisGuard, func(ctx context.Context) (bool, error) {
+		stored, err := coord.Do(ctx, p.redisGuard, func(ctx context.Context) (bool, error) {
 			if g != nil {
 				// The holder's last step, in one round trip: write while
 				// its token holds the lock, release, announce.
-				return p.co.commit(ctx, key, e, g.lease.Token())
+				return p.co.Commit(ctx, key, e, g.Lease.Token())
 			}
 			return p.l2.Set(ctx, key, e)
 		})
 		if g != nil && err == nil {
-			g.end()
-			g.lease.Forget() // released by the commit
-			g.released = true
+			g.End()
+			g.Lease.Forget() // released by the commit
+			g.Released = true
 		}
 		switch {
 		case errors.Is(err, backend.ErrLockLost):
@@ -118,7 +119,7 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 			return
 		case errors.Is(err, cache.ErrExpiredEntry):
 			// Nothing to keep: the entry's grace ended while it loaded.
-		case err != nil && classify(ctx, err) == errData:
+		case err != nil && coord.Classify(ctx, err) == coord.Data:
 			p.corrupt(ctx, sp, err) // L1 needs no encoding: keep it there
 		case err != nil:
 			o.failOpen(err)
@@ -174,13 +175,13 @@ func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFu
 		lctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(p.l2Attrs("HGET", "Load", attrKeys.Int(len(keys)))...))
 	}
-	gots, err := guard(lctx, p.redisGuard, func(ctx context.Context) ([]rcache.Got[V], error) {
+	gots, err := coord.Do(lctx, p.redisGuard, func(ctx context.Context) ([]rcache.Got[V], error) {
 		gs, err := p.l2.GetMany(ctx, keys)
 		if err != nil {
 			return nil, err
 		}
 		for _, g := range gs {
-			if g.Err != nil && classify(ctx, g.Err) != errData {
+			if g.Err != nil && coord.Classify(ctx, g.Err) != coord.Data {
 				return gs, g.Err
 			}
 		}
@@ -220,7 +221,7 @@ func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFu
 // whole with err, and returns those to load: none when the caller's own
 // context ended (each key fails with it), else every key, failing open.
 func readFailed[V any](ctx context.Context, keys []string, err error, outs map[string]*keyOut[V]) []*loadItem {
-	if classify(ctx, err) == errCanceled {
+	if coord.Classify(ctx, err) == coord.Canceled {
 		for _, k := range keys {
 			outs[k].err, outs[k].set = err, true
 		}
@@ -245,19 +246,19 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 			trace.WithAttributes(p.l2Attrs("EVALSHA", "Save", attrKeys.Int(len(writes)))...))
 		defer sp.End()
 	}
-	ws, err := guard(ctx, p.redisGuard, func(ctx context.Context) ([]rcache.Written, error) {
-		ws, err := p.co.commitMany(ctx, writes)
+	ws, err := coord.Do(ctx, p.redisGuard, func(ctx context.Context) ([]rcache.Written, error) {
+		ws, err := p.co.CommitMany(ctx, writes)
 		if err != nil {
 			return nil, err
 		}
 		var failed []error
 		for _, w := range ws {
-			if w.Err != nil && classify(ctx, w.Err) == errInfra {
+			if w.Err != nil && coord.Classify(ctx, w.Err) == coord.Infra {
 				failed = append(failed, w.Err)
 			}
 		}
 		// Writes Redis did not answer fail open one by one (below).
-		whole, _ := batchFailure(failed, len(ws))
+		whole, _ := coord.BatchFailure(failed, len(ws))
 		return ws, whole
 	})
 	if err != nil {
@@ -292,7 +293,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 			}
 		case errors.Is(werr, cache.ErrExpiredEntry):
 			release = appendLease(release, it.lease)
-		case classify(ctx, werr) == errData:
+		case coord.Classify(ctx, werr) == coord.Data:
 			p.corrupt(ctx, sp, werr) // L1 needs no encoding: keep it there
 			release = appendLease(release, it.lease)
 		default:
@@ -311,22 +312,6 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 		sp.AddEvent("writes refused: a newer fence wrote the key", trace.WithAttributes(attrKeys.Int(refused)))
 	}
 	return release
-}
-
-// batchFailure sorts a batch's failures of the service, failed of n items:
-// whole is the first when every item failed so, the batch's failure,
-// which the guard counts; part is the first when only some did. A batch
-// that Redis answered in part (one of its round trips late behind other
-// processes' work) is no failure of Redis's: the items it did not answer
-// fail open alone, and the others keep their answers.
-func batchFailure(failed []error, n int) (whole, part error) {
-	switch {
-	case len(failed) == 0:
-		return nil, nil
-	case len(failed) == n:
-		return failed[0], nil
-	}
-	return nil, failed[0]
 }
 
 func appendLease(ls []*backend.Lease, l *backend.Lease) []*backend.Lease {

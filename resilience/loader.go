@@ -14,6 +14,7 @@ import (
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -21,11 +22,11 @@ import (
 // loadAndStore calls the loader and stores what it returns (a value, or a
 // not-found when negative caching is on) in L2 and L1, under g's lease
 // (nil: unlocked).
-func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFunc[V], g *grant, o *outcome[V]) error {
+func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFunc[V], g *coord.Grant, o *outcome[V]) error {
 	p.countLoad(ctx, g, o.res.FailedOpen)
 	lctx, ttl := withLoaderTTL(ctx) // for SetTTL
 	if g != nil && !o.res.FailedOpen {
-		lctx = withFence(lctx, key, g.lease.Fence()) // for Fence
+		lctx = withFence(lctx, key, g.Lease.Fence()) // for Fence
 	}
 	v, took, err := p.callLoader(lctx, key, load)
 	notFound := errors.Is(err, ErrNotFound)
@@ -37,7 +38,7 @@ func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFun
 	}
 	var fence int64
 	if g != nil {
-		fence = g.lease.Fence()
+		fence = g.Lease.Fence()
 	}
 	e := p.newEntry(v, notFound, took, fence)
 	p.applyLoaderTTL(&e, ttl)

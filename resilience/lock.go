@@ -11,19 +11,20 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
 // lockedRest is the rest of a miss after a look through the lock
-// (lookOrLock) that found no fresh value (pd): the winner's load, or the
+// (LookOrLock) that found no fresh value (pd): the winner's load, or the
 // waiter's wait.
 func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], pd *pending[V]) error {
 	lk, err := pd.lk, pd.err
 	if err != nil && !errors.Is(err, backend.ErrNotAcquired) {
-		switch classify(ctx, err) {
-		case errCanceled:
+		switch coord.Classify(ctx, err) {
+		case coord.Canceled:
 			return err
-		case errInfra, errRefused:
+		case coord.Infra, coord.Refused:
 			// The service failed (recorded by the look): load without it.
 			o.failOpen(err)
 		}
@@ -37,11 +38,11 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		defer sp.End()
 	}
 	if err == nil {
-		p.lockOutcome(ctx, sp, "acquired", pd.start, lk.lease)
-		if lk.readFailed != nil {
-			o.failOpen(lk.readFailed)
+		p.lockOutcome(ctx, sp, "acquired", pd.start, lk.Lease)
+		if lk.ReadFailed != nil {
+			o.failOpen(lk.ReadFailed)
 		}
-		return p.holdAndLoad(ctx, key, load, lk.lease, o, lk.g)
+		return p.holdAndLoad(ctx, key, load, lk.Lease, o, lk.G)
 	}
 	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // backend.ErrNotAcquired
 }
@@ -70,25 +71,19 @@ func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome st
 	}
 }
 
-func (p *Pipeline[V]) tryAcquire(ctx context.Context, key string) (*backend.Lease, error) {
-	return guard(ctx, p.redisGuard, func(ctx context.Context) (*backend.Lease, error) {
-		return p.locker.TryAcquire(ctx, key, p.lockCfg.Lease)
-	})
-}
-
 // holdAndLoad is the winner's part: load, write (only while the lease
 // holds), release and announce. The look that granted the lease found no
 // fresh value after the grant.
 //
-// g is the grant when its watchdog already beats (see hold); nil makes
+// g is the grant when its watchdog already beats (see coord.Hold); nil makes
 // one of lease.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *backend.Lease, o *outcome[V], g *grant) error {
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *backend.Lease, o *outcome[V], g *coord.Grant) error {
 	if g == nil {
-		g = p.hold(ctx, lease)
+		g = coord.Hold(ctx, p.co, lease)
 	}
 	defer func() {
-		g.end()
-		if !g.released {
+		g.End()
+		if !g.Released {
 			p.release(ctx, key, lease)
 		}
 	}()
@@ -106,14 +101,14 @@ type loadItem struct {
 	// since its grant, g's.
 	lost *atomic.Bool
 	own  atomic.Bool
-	g    *grant
+	g    *coord.Grant
 }
 
 // heldItem is the load of k under the lease lk won.
-func heldItem[V any](k string, lk *look[V]) *loadItem {
-	it := &loadItem{key: k, lease: lk.lease, failOpen: lk.readFailed}
-	if lk.g != nil {
-		it.lost, it.g = &lk.g.lost, lk.g
+func heldItem[V any](k string, lk *coord.Look[V]) *loadItem {
+	it := &loadItem{key: k, lease: lk.Lease, failOpen: lk.ReadFailed}
+	if lk.G != nil {
+		it.lost, it.g = &lk.G.Lost, lk.G
 	} else {
 		it.lost = &it.own
 	}
@@ -133,7 +128,7 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 		subs[k] = ch
 	}
 	start := time.Now()
-	looks, err := p.co.lookOrLockMany(ctx, keys)
+	looks, err := p.co.LookOrLockMany(ctx, keys)
 	if err != nil {
 		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
 		return
@@ -143,23 +138,23 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 	for i, k := range keys {
 		out := outs[k]
 		lk := &looks[i]
-		e, f := lk.e, lk.f
+		e, f := lk.E, lk.F
 		if f == cache.Stale {
 			out.o.stale, out.o.hasStale = e, true
 		}
 		switch {
-		case lk.err == nil && lk.lease == nil && f == cache.Fresh:
+		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
 			p.fillL1(k, e, out.o)
 			out.o.res, out.err = fromEntry(&e, SourceL2)
 			out.set = true
-		case lk.err == nil && lk.lease == nil:
+		case lk.Err == nil && lk.Lease == nil:
 			// Fresh by its expiry field, yet unusable: a miss, loaded
 			// without the lock (counted by Decode).
 			items = append(items, &loadItem{key: k})
-		case lk.err == nil:
-			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
+		case lk.Err == nil:
+			p.lockOutcome(ctx, nil, "acquired", start, lk.Lease)
 			items = append(items, heldItem(k, lk))
-		case errors.Is(lk.err, backend.ErrNotAcquired):
+		case errors.Is(lk.Err, backend.ErrNotAcquired):
 			if p.swr && f == cache.Stale && !e.NotFound {
 				// Another process refreshes it: serve the stale copy now.
 				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
@@ -168,7 +163,7 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 			}
 			waits = append(waits, k)
 		default:
-			if it := p.lookFailed(ctx, k, lk.err, out, start); it != nil {
+			if it := p.lookFailed(ctx, k, lk.Err, out, start); it != nil {
 				items = append(items, it)
 			}
 		}
@@ -188,11 +183,11 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 // problem is a miss, loaded without the lock; the service failing for this
 // key alone, a load without it, failing open; the caller's end, an error.
 func (p *Pipeline[V]) lookFailed(ctx context.Context, k string, err error, out *keyOut[V], start time.Time) *loadItem {
-	switch classify(ctx, err) {
-	case errData:
+	switch coord.Classify(ctx, err) {
+	case coord.Data:
 		p.corrupt(ctx, nil, err)
 		return &loadItem{key: k}
-	case errInfra, errRefused:
+	case coord.Infra, coord.Refused:
 		p.lockOutcome(ctx, nil, "failed_open", start, nil)
 		return &loadItem{key: k, failOpen: err}
 	}
@@ -200,44 +195,14 @@ func (p *Pipeline[V]) lookFailed(ctx context.Context, k string, err error, out *
 	return nil
 }
 
-// grant is a lease this process holds while it loads.
-type grant struct {
-	lease *backend.Lease
-	// lost is set by the watchdog when an extension finds the lease gone
-	// (taken over, or lost with Redis's keys): the value is then not
-	// written back.
-	lost atomic.Bool
-	// released is set once the write-back released the lock too; read
-	// and written by the holder's goroutine only.
-	released bool
-	// w is the lease's watchdog: a batch of one lease.
-	w     watchdog
-	one   [1]*backend.Lease
-	onesL [1]*atomic.Bool
-}
-
-// hold starts lease's watchdog, which beats until end is called or ctx
-// ends, and returns the grant it marks lost: the batch's watchdog for a
-// batch of one.
-func (p *Pipeline[V]) hold(ctx context.Context, lease *backend.Lease) *grant {
-	g := &grant{lease: lease}
-	g.one[0], g.onesL[0] = lease, &g.lost
-	p.watch(ctx, &g.w, g.one[:], g.onesL[:])
-	return g
-}
-
-// end stops g's watchdog, waiting for a beat under way: the lease is
-// being given back, or was by a commit.
-func (g *grant) end() { g.w.stop() }
-
 // releaseLook gives back the lease lk won, if any: its watchdog stops
 // and the lock is released.
-func (p *Pipeline[V]) releaseLook(ctx context.Context, key string, lk *look[V]) {
-	if lk.g != nil {
-		lk.g.end()
+func (p *Pipeline[V]) releaseLook(ctx context.Context, key string, lk *coord.Look[V]) {
+	if lk.G != nil {
+		lk.G.End()
 	}
-	if lk.lease != nil {
-		p.release(ctx, key, lk.lease)
+	if lk.Lease != nil {
+		p.release(ctx, key, lk.Lease)
 	}
 }
 
@@ -245,12 +210,12 @@ func (p *Pipeline[V]) releaseLook(ctx context.Context, key string, lk *look[V]) 
 // watchdog for the batch, extending every lease in one round trip per
 // beat. It marks an item whose lease was found lost. The returned stop
 // ends it, and the watchdogs of the leases that beat since their grant
-// (see lookThenLockMany), and waits for them.
+// (see internal/coord's lookThenLockMany), and waits for them.
 func (p *Pipeline[V]) holdMany(ctx context.Context, items []*loadItem) (stop func()) {
-	w := &watchdog{}
+	w := &coord.Watchdog{}
 	var leases []*backend.Lease
 	var lost []*atomic.Bool
-	var own []*grant
+	var own []*coord.Grant
 	for _, it := range items {
 		switch {
 		case it.g != nil:
@@ -260,81 +225,36 @@ func (p *Pipeline[V]) holdMany(ctx context.Context, items []*loadItem) (stop fun
 			lost = append(lost, it.lost)
 		}
 	}
-	p.watch(ctx, w, leases, lost)
+	w.Watch(ctx, p.co, leases, lost)
 	return func() {
-		w.stop()
+		w.Stop()
 		for _, g := range own {
-			g.end()
+			g.End()
 		}
 	}
 }
 
-// watchdog beats for a set of leases, each on the seam's extendMany: the
-// one beat loop, for one lease (hold) or a batch's (holdMany). It runs on
-// a timer: no goroutine waits between beats.
-type watchdog struct {
-	mu      sync.Mutex // held by a beat under way
-	t       *time.Timer
-	stopped bool
-	// leases are those not found lost yet; lost[i] is set when leases[i]
-	// is.
-	leases []*backend.Lease
-	lost   []*atomic.Bool
+// release gives the lease back and wakes the waiters, on a goroutine of
+// its own (Close waits for it), so that the callers of the load need not
+// wait for it. It never goes through the Redis breaker and runs past the
+// flight's end on a deadline of its own: a lock left behind would hold
+// every other process until a waiter sees its holder dead.
+func (p *Pipeline[V]) release(ctx context.Context, key string, lease *backend.Lease) {
+	p.background(ctx, func(rctx context.Context) { p.co.Release(rctx, key, lease) })
 }
 
-// watch starts w, beating for leases every period of the one that beats
-// most often, until w is stopped, ctx ends, or every lease was found lost.
-func (p *Pipeline[V]) watch(ctx context.Context, w *watchdog, leases []*backend.Lease, lost []*atomic.Bool) {
+// releaseMany is release for many leases, in as few round trips as the
+// coordinator can.
+func (p *Pipeline[V]) releaseMany(ctx context.Context, leases []*backend.Lease) {
 	if len(leases) == 0 {
 		return
 	}
-	every := leases[0].Every()
-	for _, l := range leases[1:] {
-		every = min(every, l.Every())
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.leases, w.lost = leases, lost
-	w.t = time.AfterFunc(every, func() { p.beat(ctx, w, every) })
+	p.background(ctx, func(rctx context.Context) { p.co.ReleaseMany(rctx, leases) })
 }
 
-// beat is one tick of w: one extension of its leases, and the next tick
-// unless w was stopped, ctx ended or no lease is left.
-func (p *Pipeline[V]) beat(ctx context.Context, w *watchdog, every time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped || ctx.Err() != nil {
-		return
-	}
-	start := time.Now()
-	ectx, cancel := context.WithTimeout(ctx, every)
-	gone, _ := p.co.extendMany(ectx, w.leases) // a failure: the next tick retries
-	cancel()
-	n := 0
-	for i, l := range w.leases {
-		if i < len(gone) && gone[i] {
-			w.lost[i].Store(true)
-			continue
-		}
-		w.leases[n], w.lost[n] = l, w.lost[i]
-		n++
-	}
-	w.leases, w.lost = w.leases[:n], w.lost[:n]
-	if n == 0 {
-		w.stopped = true
-		return
-	}
-	// Beats keep their period however long an extension took, as a
-	// ticker's would.
-	w.t.Reset(max(every-time.Since(start), 0))
-}
-
-// stop stops w, waiting for a beat under way.
-func (w *watchdog) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopped = true
-	if w.t != nil {
-		w.t.Stop()
-	}
+// background runs fn on a goroutine of its own (Close waits for it), on
+// ctx's values without its cancellation, under releaseTimeout; when the
+// pipeline is closing, at once.
+func (p *Pipeline[V]) background(ctx context.Context, fn func(context.Context)) {
+	p.launch(ctx, launching{timeout: releaseTimeout, anyway: true}, fn)
 }

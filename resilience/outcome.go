@@ -5,13 +5,14 @@ import (
 	"errors"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/coord"
 )
 
 // loadClass is what an error of the loader stage means to the stages
 // after it. The loader's breaker, the retry, the fallback chain, the
 // spans and the metrics all read it from [classifyLoad], so that each
 // rule about a loader's error is written once, here. (Errors of Redis and
-// of a Backend are classified apart, by classify.)
+// of a Backend are classified apart, by coord.Classify.)
 type loadClass uint8
 
 const (
@@ -35,7 +36,7 @@ func classifyLoad(err error) loadClass {
 		return loadNotFound
 	case errors.Is(err, context.Canceled):
 		return loadCanceled
-	case isBreakerRefusal(err):
+	case coord.IsRefusal(err):
 		return loadRefused
 	case errors.Is(err, ErrTimeout):
 		return loadTimedOut
@@ -45,10 +46,6 @@ func classifyLoad(err error) loadClass {
 		return loadPanicked
 	}
 	return loadFailed
-}
-
-func isBreakerRefusal(err error) bool {
-	return errors.Is(err, breaker.ErrOpen) || errors.Is(err, breaker.ErrTooManyProbes)
 }
 
 // reason names why a fallback answered, for spans and metrics

@@ -11,6 +11,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -322,7 +323,7 @@ func TestGet_breaker_opensAndFallsBack_callerCancelDoesNotCount(t *testing.T) {
 	}
 	before := fail.calls.Load()
 	r, err := p.GetResult(context.Background(), "fx", fail.load)
-	if err != nil || r.Source != SourceDefault || !isBreakerRefusal(r.Cause) {
+	if err != nil || r.Source != SourceDefault || !coord.IsRefusal(r.Cause) {
 		t.Fatalf("open breaker: %+v %v, want default for breaker_open", r, err)
 	}
 	if fail.calls.Load() != before {

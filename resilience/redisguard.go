@@ -1,12 +1,14 @@
 package resilience
 
 import (
+	"context"
 	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/redisbatch"
 	"github.com/herdguard/herdguard/internal/rlock"
@@ -33,10 +35,9 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	if err != nil {
 		return err
 	}
-	p.redisGuard = &redisGuard{br: br, opTimeout: o.OpTimeout, slots: slotreload.New(c.redis),
-		check: checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}}
+	p.redisGuard = &coord.Guard{Breaker: br, OpTimeout: o.OpTimeout, Slots: slotreload.New(c.redis)}
 	// The cache and the lock send their commands through one batcher,
-	// whose own timeout is the operation timeout: guard leaves it to the
+	// whose own timeout is the operation timeout: coord.Do leaves it to the
 	// batcher when the caller's context has no deadline.
 	// Behind the batcher, the cache and the lock do not see a Cluster
 	// client: they are told, so that each batch script carries the keys
@@ -57,19 +58,21 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 	}
 	p.watchWrites(n)
 	p.notifier = n
-	rc := &redisCoord[V]{p: p, n: n}
-	p.co = rc
 	p.closers = append(p.closers, n.Close)
-	if !c.lockOn {
-		return nil
+	var rl *rlock.Redis // nil without Lock
+	if c.lockOn {
+		ls := lockDefaults(c.lock)
+		lk, err := rlock.NewRedis(batch, rlock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true, Cluster: cluster})
+		if err != nil {
+			return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
+		}
+		p.locker, rl = lk, lk
+		p.closers = append(p.closers, func() error { lk.Wait(); return nil })
 	}
-	ls := lockDefaults(c.lock)
-	lk, err := rlock.NewRedis(batch, rlock.RedisOptions{Prefix: o.Prefix, Namespace: c.name, Heartbeat: ls.Heartbeat, Announce: true, Cluster: cluster})
-	if err != nil {
-		return &ConfigError{Pipeline: c.name, Field: "Lock", Problem: err.Error()}
-	}
-	p.locker, rc.rl = lk, lk
-	p.closers = append(p.closers, func() error { lk.Wait(); return nil })
+	t := checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}
+	d := p.deps()
+	d.Check = func(ctx context.Context) error { return p.checkRedis(ctx, t) }
+	p.co = coord.NewRedis(d, n, rl)
 	return nil
 }
 
@@ -110,4 +113,27 @@ func isNil(v any) bool {
 	}
 	r := reflect.ValueOf(v)
 	return r.Kind() == reflect.Pointer && r.IsNil()
+}
+
+// watchWrites makes the pipeline's subscription drop L1 entries that other
+// processes Set or Invalidate, and every L1 entry whenever the
+// subscription is (re-)established: announcements published while it was
+// down are lost.
+func (p *Pipeline[V]) watchWrites(n *rlock.RedisNotifier) {
+	p.writes.origin = newOrigin()
+	n.SetHooks(rlock.NotifierHooks{
+		OnWrite: func(w rlock.Write) {
+			if w.Origin != p.writes.origin {
+				p.dropLocal(w.Key)
+			}
+		},
+		OnSubscribed: func(n int) {
+			// The first confirmation ends the start-up window (see
+			// Invalidate); the ones after it follow a lost connection.
+			if n > 1 {
+				p.dropAllLocal()
+				p.writes.resubscribed.Add(1)
+			}
+		},
+	})
 }

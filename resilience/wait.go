@@ -13,6 +13,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -28,7 +29,7 @@ import (
 // wake-up. lookNow says the notifier keeps no marks: look once before
 // waiting.
 func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{}, unsubscribe func(), lookNow bool) {
-	return p.co.subscribe(key, mark)
+	return p.co.Subscribe(key, mark)
 }
 
 // wait is the wait loop, for one key another holds (await) or for a
@@ -202,23 +203,23 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		// no fresh value does the look try the lock. A burst wakes every
 		// waiter of a process at once, so their reads go out together,
 		// and Redis runs no script for them.
-		lk, lerr := p.co.lookOrLock(ctx, key, announced, o.want())
+		lk, lerr := p.co.LookOrLock(ctx, key, announced, o.want())
 		switch {
-		case lerr == nil && lk.lease != nil:
-			p.lockOutcome(ctx, sp, "acquired", start, lk.lease)
-			if lk.readFailed != nil {
-				o.failOpen(lk.readFailed)
+		case lerr == nil && lk.Lease != nil:
+			p.lockOutcome(ctx, sp, "acquired", start, lk.Lease)
+			if lk.ReadFailed != nil {
+				o.failOpen(lk.ReadFailed)
 			}
-			err = p.holdAndLoad(ctx, key, load, lk.lease, o, nil)
+			err = p.holdAndLoad(ctx, key, load, lk.Lease, o, nil)
 		case lerr == nil:
-			p.fillL1(key, lk.e, o)
+			p.fillL1(key, lk.E, o)
 			p.lockOutcome(ctx, sp, "waited", start, nil)
-			o.res, err = fromEntry(&lk.e, SourceWaited)
+			o.res, err = fromEntry(&lk.E, SourceWaited)
 		case errors.Is(lerr, backend.ErrNotAcquired):
 			return keys
 		case ctx.Err() != nil:
 			err = lerr
-		case classify(ctx, lerr) == errData:
+		case coord.Classify(ctx, lerr) == coord.Data:
 			p.lockOutcome(ctx, sp, "timeout", start, nil)
 			err = p.loadAndStore(ctx, key, load, nil, o)
 		default:
@@ -341,12 +342,12 @@ func drainHeard(heard <-chan string, first string, keep func(string) bool) []str
 // lookAgain looks at the woken keys in one round trip, settles those it
 // can, loads those it must, and returns those a live holder still holds.
 func (p *Pipeline[V]) lookAgain(ctx context.Context, woken []string, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) (held []string) {
-	looks, err := p.co.lookOrLockMany(ctx, woken)
+	looks, err := p.co.LookOrLockMany(ctx, woken)
 	var items []*loadItem
 	for i, k := range woken {
 		out := outs[k]
 		if err != nil {
-			if classify(ctx, err) == errCanceled {
+			if coord.Classify(ctx, err) == coord.Canceled {
 				out.err, out.set = err, true
 			} else {
 				p.lockOutcome(ctx, nil, "failed_open", start, nil)
@@ -355,22 +356,22 @@ func (p *Pipeline[V]) lookAgain(ctx context.Context, woken []string, load LoadMa
 			continue
 		}
 		lk := &looks[i]
-		e, f := lk.e, lk.f
+		e, f := lk.E, lk.F
 		switch {
-		case lk.err == nil && lk.lease == nil && f == cache.Fresh:
+		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
 			p.fillL1(k, e, out.o)
 			p.lockOutcome(ctx, nil, "waited", start, nil)
 			out.o.res, out.err = fromEntry(&e, SourceWaited)
 			out.set = true
-		case lk.err == nil && lk.lease == nil:
+		case lk.Err == nil && lk.Lease == nil:
 			items = append(items, &loadItem{key: k})
-		case lk.err == nil:
-			p.lockOutcome(ctx, nil, "acquired", start, lk.lease)
+		case lk.Err == nil:
+			p.lockOutcome(ctx, nil, "acquired", start, lk.Lease)
 			items = append(items, heldItem(k, lk))
-		case errors.Is(lk.err, backend.ErrNotAcquired):
+		case errors.Is(lk.Err, backend.ErrNotAcquired):
 			held = append(held, k)
 		default:
-			if it := p.lookFailed(ctx, k, lk.err, out, start); it != nil {
+			if it := p.lookFailed(ctx, k, lk.Err, out, start); it != nil {
 				items = append(items, it)
 			}
 		}

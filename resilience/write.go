@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/lock"
@@ -49,7 +50,7 @@ func (p *Pipeline[V]) Set(ctx context.Context, key string, value V) error {
 	}
 	e := p.newEntry(value, false, 0, 0)
 	if p.l2 != nil {
-		fence, err := guard(ctx, p.redisGuard, func(ctx context.Context) (int64, error) {
+		fence, err := coord.Do(ctx, p.redisGuard, func(ctx context.Context) (int64, error) {
 			return p.l2.Write(ctx, key, e, p.writeOptions())
 		})
 		if err != nil {
@@ -97,7 +98,7 @@ func (p *Pipeline[V]) Invalidate(ctx context.Context, key string) error {
 	}
 	var err error
 	if p.l2 != nil {
-		_, err = guard(ctx, p.redisGuard, func(ctx context.Context) (int64, error) {
+		_, err = coord.Do(ctx, p.redisGuard, func(ctx context.Context) (int64, error) {
 			return p.l2.Invalidate(ctx, key, p.writeOptions())
 		})
 	}

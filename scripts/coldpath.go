@@ -1,10 +1,11 @@
 //go:build ignore
 
-// Coldpath lists the files of package resilience that a cold Get with
-// Redis and Lock runs: the files with statements covered by a Build, one
-// cold Get and a Close that a Build and a Close alone do not cover
-// (resilience's TestColdGetPath, run twice with coverage). It needs
-// redis-server on the PATH.
+// Coldpath lists the files of package resilience, and apart those of the
+// seam it runs on (internal/coord), that a cold Get with Redis and Lock
+// runs: the files with statements covered by a Build, one cold Get and a
+// Close that a Build and a Close alone do not cover (resilience's
+// TestColdGetPath, run twice with coverage). It needs redis-server on the
+// PATH.
 //
 //	go run scripts/coldpath.go
 package main
@@ -28,7 +29,8 @@ func main() {
 	covered := map[string]map[string]bool{}
 	for _, mode := range []string{"base", "get"} {
 		out := filepath.Join(dir, mode+".out")
-		cmd := exec.Command("go", "test", "-count=1", "-run", "^TestColdGetPath$", "-coverprofile="+out, "./resilience/")
+		cmd := exec.Command("go", "test", "-count=1", "-run", "^TestColdGetPath$", "-coverprofile="+out,
+			"-coverpkg=./resilience/,./internal/coord/", "./resilience/")
 		cmd.Env = append(os.Environ(), "HERDGUARD_COLD_PATH="+mode)
 		cmd.Stderr = os.Stderr
 		if b, err := cmd.Output(); err != nil {
@@ -42,19 +44,26 @@ func main() {
 			files[b[:strings.LastIndex(b, ":")]]++
 		}
 	}
-	names := make([]string, 0, len(files))
-	for f := range files {
-		names = append(names, f)
+	for _, pkg := range pkgs {
+		var names []string
+		for f := range files {
+			if strings.HasPrefix(f, pkg+"/") {
+				names = append(names, f)
+			}
+		}
+		sort.Strings(names)
+		for _, f := range names {
+			fmt.Printf("%-40s %3d blocks\n", f, files[f])
+		}
+		fmt.Printf("%d files of package %s\n", len(names), pkg)
 	}
-	sort.Strings(names)
-	for _, f := range names {
-		fmt.Printf("%-40s %3d blocks\n", f, files[f])
-	}
-	fmt.Printf("%d files of package resilience\n", len(names))
 }
 
-// blocks is the covered blocks of package resilience's own files in the
-// coverage profile at path.
+// pkgs is the packages whose files coldpath lists, each apart.
+var pkgs = []string{"resilience", "internal/coord"}
+
+// blocks is the covered blocks of the files of pkgs (not of their
+// subpackages) in the coverage profile at path.
 func blocks(path string) map[string]bool {
 	f, err := os.Open(path)
 	if err != nil {
@@ -69,8 +78,10 @@ func blocks(path string) map[string]bool {
 			continue // the mode line, or a block not run
 		}
 		loc := strings.TrimPrefix(fields[0], "github.com/herdguard/herdguard/")
-		if strings.HasPrefix(loc, "resilience/") && !strings.Contains(strings.TrimPrefix(loc, "resilience/"), "/") {
-			out[loc] = true
+		for _, pkg := range pkgs {
+			if strings.HasPrefix(loc, pkg+"/") && !strings.Contains(strings.TrimPrefix(loc, pkg+"/"), "/") {
+				out[loc] = true
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -1,4 +1,4 @@
-package resilience
+package coord
 
 import (
 	"context"
@@ -21,38 +21,40 @@ import (
 // one by one, and a release is followed by a Notify, since the backend's
 // Release need not wake anyone (its Save with Release does).
 type backendCoord[V any] struct {
-	p  *Pipeline[V]
+	d  Deps[V]
 	sh backend.Shared
 	// system names the backend on spans (db.system.name); nil when the
 	// view does not say.
 	system []attribute.KeyValue
 }
 
-var _ coord[int] = (*backendCoord[int])(nil)
+var _ Coord[int] = (*backendCoord[int])(nil)
 
-func newBackendCoord[V any](p *Pipeline[V], sh backend.Shared) *backendCoord[V] {
-	c := &backendCoord[V]{p: p, sh: sh}
+// NewBackend is the seam over sh, a backend's view; d.Check is the
+// backend's Ping, as Pipeline.Check reports it.
+func NewBackend[V any](d Deps[V], sh backend.Shared) Coord[V] {
+	c := &backendCoord[V]{d: d, sh: sh}
 	if s, ok := sh.(interface{ System() string }); ok {
 		c.system = []attribute.KeyValue{telemetry.DBSystemName.String(s.System())}
 	}
 	return c
 }
 
-func (c *backendCoord[V]) read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
-	return c.p.l2Get(ctx, key)
+func (c *backendCoord[V]) Read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
+	return c.d.Read(ctx, key)
 }
 
-func (c *backendCoord[V]) lookOrLock(ctx context.Context, key string, _ bool, w want) (look[V], error) {
+func (c *backendCoord[V]) LookOrLock(ctx context.Context, key string, _ bool, w Want) (Look[V], error) {
 	// The lease outlives the look's caller: the detached load holds
 	// it, and releases it.
-	return c.p.lookThenLock(ctx, context.WithoutCancel(ctx), key, w, c.read)
+	return c.d.lookThenLock(ctx, context.WithoutCancel(ctx), c, key, w, c.d.Read)
 }
 
-func (c *backendCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]look[V], error) {
+func (c *backendCoord[V]) LookOrLockMany(ctx context.Context, keys []string) ([]Look[V], error) {
 	if bm, ok := c.sh.(backend.SharedMany); ok {
 		return c.lookThenLockBatch(ctx, bm, keys)
 	}
-	return c.p.lookThenLockMany(ctx, keys, c.read), nil
+	return c.d.lookThenLockMany(ctx, c, keys, c.d.Read), nil
 }
 
 // lookThenLockBatch is lookThenLockMany over a view with [backend.SharedMany]:
@@ -60,17 +62,17 @@ func (c *backendCoord[V]) lookOrLockMany(ctx context.Context, keys []string) ([]
 // one LoadMany of those granted, since another process may have written
 // them in between (a value found then gives the lease back). Each lease
 // won beats from its grant, as lookThenLock's does.
-func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.SharedMany, keys []string) ([]look[V], error) {
-	looks := make([]look[V], len(keys))
+func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.SharedMany, keys []string) ([]Look[V], error) {
+	looks := make([]Look[V], len(keys))
 	if err := c.readMany(ctx, bm, keys, func(i int, e rcache.Entry[V], f cache.Freshness) {
-		looks[i] = look[V]{e: e, f: f}
+		looks[i] = Look[V]{E: e, F: f}
 	}); err != nil {
 		return nil, err // recorded by readMany
 	}
 	var todo []int
 	var tkeys []string
 	for i, k := range keys {
-		if looks[i].f != cache.Fresh {
+		if looks[i].F != cache.Fresh {
 			todo, tkeys = append(todo, i), append(tkeys, k)
 		}
 	}
@@ -81,8 +83,8 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.Shar
 		leases []*backend.Lease
 		errs   []error
 	}
-	a, err := guard(ctx, c.p.redisGuard, func(ctx context.Context) (acquired, error) {
-		leases, errs := bm.TryAcquireMany(ctx, tkeys, c.p.lockCfg.Lease)
+	a, err := Do(ctx, c.d.Guard, func(ctx context.Context) (acquired, error) {
+		leases, errs := bm.TryAcquireMany(ctx, tkeys, c.d.Lease)
 		for _, err := range errs {
 			if err != nil && !errors.Is(err, backend.ErrNotAcquired) {
 				return acquired{leases, errs}, err // the breaker hears it
@@ -92,7 +94,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.Shar
 	})
 	var won []int // indexes in keys
 	var wkeys []string
-	var grants []*grant
+	var grants []*Grant
 	for j, i := range todo {
 		var lease *backend.Lease
 		kerr := err
@@ -105,17 +107,17 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.Shar
 		switch {
 		case kerr == nil:
 			won, wkeys = append(won, i), append(wkeys, keys[i])
-			grants = append(grants, c.p.hold(ctx, lease))
+			grants = append(grants, Hold(ctx, c, lease))
 		case errors.Is(kerr, backend.ErrNotAcquired):
-			looks[i].err = kerr
+			looks[i].Err = kerr
 		default:
 			if lease != nil {
-				c.p.release(ctx, keys[i], lease)
+				c.d.Release(ctx, keys[i], lease)
 			}
 			if ctx.Err() == nil {
-				c.p.failOpen(ctx, nil, "lock_acquire", kerr)
+				c.d.FailOpen(ctx, nil, "lock_acquire", kerr)
 			}
-			looks[i].err = kerr
+			looks[i].Err = kerr
 		}
 	}
 	if len(won) == 0 {
@@ -126,31 +128,31 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.Shar
 		lk := &looks[won[j]]
 		switch {
 		case f == cache.Fresh:
-			grants[j].end() // given back below: its beats stop
-			back = append(back, grants[j].lease)
-			*lk = look[V]{e: e, f: f}
+			grants[j].End() // given back below: its beats stop
+			back = append(back, grants[j].Lease)
+			*lk = Look[V]{E: e, F: f}
 			return
 		case f == cache.Stale:
-			lk.e, lk.f = e, f
+			lk.E, lk.F = e, f
 		}
-		lk.lease, lk.g = grants[j].lease, grants[j]
+		lk.Lease, lk.G = grants[j].Lease, grants[j]
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller left: the looks end with it, and grant nothing.
 		for j, i := range won {
-			grants[j].end() // given back below: its beats stop
-			back = append(back, grants[j].lease)
-			looks[i].err = err
+			grants[j].End() // given back below: its beats stop
+			back = append(back, grants[j].Lease)
+			looks[i].Err = err
 		}
 	case err != nil:
 		// The backend failed between the grants and now: load, and skip
 		// the write-backs, which would fail too.
 		for j, i := range won {
-			looks[i].lease, looks[i].g, looks[i].readFailed = grants[j].lease, grants[j], err
+			looks[i].Lease, looks[i].G, looks[i].ReadFailed = grants[j].Lease, grants[j], err
 		}
 	}
-	c.p.releaseMany(ctx, back)
+	c.d.ReleaseMany(ctx, back)
 	return looks, nil
 }
 
@@ -159,12 +161,12 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.Shar
 // miss). Its error is recorded.
 func (c *backendCoord[V]) readMany(ctx context.Context, bm backend.SharedMany, keys []string, got func(i int, e rcache.Entry[V], f cache.Freshness)) error {
 	var sp trace.Span
-	if c.p.tel.Tracing() {
-		ctx, sp = c.p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(c.l2Attrs("HGET", "LoadMany", attrKeys.Int(len(keys)))...))
+	if c.d.Tel.Tracing() {
+		ctx, sp = c.d.Tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(c.L2Attrs("HGET", "LoadMany", attrKeys.Int(len(keys)))...))
 		defer sp.End()
 	}
-	raws, err := guard(ctx, c.p.redisGuard, func(ctx context.Context) ([][]byte, error) {
+	raws, err := Do(ctx, c.d.Guard, func(ctx context.Context) ([][]byte, error) {
 		raws, err := bm.LoadMany(ctx, keys)
 		if err == nil && len(raws) != len(keys) {
 			err = fmt.Errorf("resilience: LoadMany returned %d answers for %d keys", len(raws), len(keys))
@@ -172,7 +174,7 @@ func (c *backendCoord[V]) readMany(ctx context.Context, bm backend.SharedMany, k
 		return raws, err
 	})
 	if err != nil {
-		c.p.failOpen(ctx, sp, "l2_get", err)
+		c.d.FailOpen(ctx, sp, "l2_get", err)
 		return err
 	}
 	for i, k := range keys {
@@ -180,24 +182,24 @@ func (c *backendCoord[V]) readMany(ctx context.Context, bm backend.SharedMany, k
 			got(i, rcache.Entry[V]{}, cache.Miss)
 			continue
 		}
-		e, f := c.p.l2.Decode(k, raws[i])
+		e, f := c.d.Store.Decode(k, raws[i])
 		got(i, e, f)
 	}
 	return nil
 }
 
-func (c *backendCoord[V]) commit(ctx context.Context, key string, e rcache.Entry[V], token string) (bool, error) {
-	return c.p.l2.Commit(ctx, key, e, token)
+func (c *backendCoord[V]) Commit(ctx context.Context, key string, e rcache.Entry[V], token string) (bool, error) {
+	return c.d.Store.Commit(ctx, key, e, token)
 }
 
-// commitMany writes side by side, up to eachLimit at once, as
-// lookOrLockMany looks: a backend's calls of concurrent callers share its
+// CommitMany writes side by side, up to eachLimit at once, as
+// LookOrLockMany looks: a backend's calls of concurrent callers share its
 // statements (PostgreSQL batches them), where the store's SetMany, one
 // write after another, would cost a chunk of 4,096 keys 4,096 sequential
 // round trips.
-func (c *backendCoord[V]) commitMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error) {
+func (c *backendCoord[V]) CommitMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error) {
 	if len(writes) <= 1 {
-		return c.p.l2.SetMany(ctx, writes)
+		return c.d.Store.SetMany(ctx, writes)
 	}
 	out := make([]rcache.Written, len(writes))
 	errs := make([]error, len(writes))
@@ -206,7 +208,7 @@ func (c *backendCoord[V]) commitMany(ctx context.Context, writes []rcache.Write[
 	for i := range writes {
 		// Each goroutine writes its own write's outcome.
 		g.Go(func() error {
-			ws, err := c.p.l2.SetMany(ctx, writes[i:i+1])
+			ws, err := c.d.Store.SetMany(ctx, writes[i:i+1])
 			switch {
 			case err != nil:
 				errs[i] = err
@@ -228,16 +230,16 @@ func (c *backendCoord[V]) commitMany(ctx context.Context, writes []rcache.Write[
 // backendEachLimit bounds the writes a backend's batch sends at once.
 const backendEachLimit = 512
 
-func (c *backendCoord[V]) extendMany(ctx context.Context, leases []*backend.Lease) ([]bool, error) {
+func (c *backendCoord[V]) ExtendMany(ctx context.Context, leases []*backend.Lease) ([]bool, error) {
 	return extendEach(ctx, leases)
 }
 
-func (c *backendCoord[V]) release(ctx context.Context, key string, lease *backend.Lease) {
+func (c *backendCoord[V]) Release(ctx context.Context, key string, lease *backend.Lease) {
 	notifyRelease(ctx, c.sh, key, lease)
 }
 
-// releaseMany releases the leases side by side, up to eachLimit at once.
-func (c *backendCoord[V]) releaseMany(ctx context.Context, leases []*backend.Lease) {
+// ReleaseMany releases the leases side by side, up to eachLimit at once.
+func (c *backendCoord[V]) ReleaseMany(ctx context.Context, leases []*backend.Lease) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, eachLimit)
 	for _, l := range leases {
@@ -250,28 +252,23 @@ func (c *backendCoord[V]) releaseMany(ctx context.Context, leases []*backend.Lea
 	wg.Wait()
 }
 
-func (c *backendCoord[V]) mark() uint64 { return markOf(c.sh) }
+func (c *backendCoord[V]) Mark() uint64 { return markOf(c.sh) }
 
-func (c *backendCoord[V]) subscribe(key string, mark uint64) (<-chan struct{}, func(), bool) {
+func (c *backendCoord[V]) Subscribe(key string, mark uint64) (<-chan struct{}, func(), bool) {
 	return subscribeSince(c.sh, key, mark)
 }
 
-func (c *backendCoord[V]) subscribed() bool {
+func (c *backendCoord[V]) Subscribed() bool {
 	s, ok := c.sh.(interface{ Subscribed() bool })
 	return ok && s.Subscribed()
 }
 
-// check is the backend's Ping: a backend checks itself.
-func (c *backendCoord[V]) check(ctx context.Context) error {
-	if err := c.sh.Ping(ctx); err != nil {
-		return &CheckError{Pipeline: c.p.name, Backend: backendName(c.sh), Problem: "the backend does not answer", Err: err}
-	}
-	return nil
-}
+// Check is the backend's Ping (d.Check): a backend checks itself.
+func (c *backendCoord[V]) Check(ctx context.Context) error { return c.d.Check(ctx) }
 
-func (c *backendCoord[V]) l2Attrs(_, backendOp string, more ...attribute.KeyValue) []attribute.KeyValue {
+func (c *backendCoord[V]) L2Attrs(_, backendOp string, more ...attribute.KeyValue) []attribute.KeyValue {
 	as := append(append([]attribute.KeyValue(nil), c.system...), telemetry.DBOperationName.String(backendOp))
 	return append(as, more...)
 }
 
-func (c *backendCoord[V]) failReason() string { return "backend_error" }
+func (c *backendCoord[V]) FailReason() string { return "backend_error" }
