@@ -12,6 +12,7 @@ import (
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/coord"
+	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rlock"
@@ -97,7 +98,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		bad("NegativeTTL", "should be shorter than the Cache ttl: a not-found is cached briefly")
 	}
 	if c.retryOn {
-		if p := c.retry.validate(); p != "" {
+		if p := loadcall.Retry(c.retry).Validate(); p != "" {
 			bad("Retry", p)
 		}
 	}
@@ -136,7 +137,11 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		ttl: c.ttl, l1TTL: c.l1TTL, negTTL: c.negativeTTL, grace: c.grace,
 		swr: c.swr, beta: c.earlyBeta,
 		timeout: c.timeout, callTimeout: c.callTimeout, flightTimeout: c.flightTimeout,
-		isFailure: c.isFailure,
+	}
+	p.lc = loadcall.Caller{
+		Timeout: c.timeout, IsFailure: c.isFailure, Loads: &p.stats.loads,
+		Panicked: panicError, IsPanic: isPanic,
+		KeyErrors: keyErrors, Exited: errFlightExited,
 	}
 	p.writes.clone = c.clone
 	p.jitter = DefaultJitter
@@ -150,11 +155,11 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if err != nil {
 		return nil, err
 	}
-	p.tel = tel
+	p.tel, p.lc.Tel = tel, tel
 	p.logs = logs{l: c.logger, pipeline: c.name}
 	if c.retryOn {
-		r := c.retry.withDefaults()
-		p.retry = &r
+		r := loadcall.Retry(c.retry).WithDefaults()
+		p.lc.Retry = &r
 	}
 	if c.breakerOn {
 		s := c.breaker
@@ -162,14 +167,15 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 			s.Name = c.name
 		}
 		if s.IsFailure == nil {
-			s.IsFailure = p.isLoadFailure
+			s.IsFailure = p.lc.IsLoadFailure
 		}
 		s.OnStateChange = p.breakerObserver(s.OnStateChange, c.onBreaker)
 		if p.br, err = breaker.New(s); err != nil {
 			return nil, &ConfigError{Pipeline: c.name, Field: "Breaker", Problem: err.Error()}
 		}
+		p.lc.Breaker = p.br
 	}
-	p.fb = fallback.Chain[V]{Default: safeDefault(c.defaultFn), Handles: p.isLoadFailure}
+	p.fb = fallback.Chain[V]{Default: safeDefault(c.defaultFn), Handles: p.lc.IsLoadFailure}
 	if c.cacheOn {
 		p.l1 = rcache.NewMemory[V](rcache.MemoryOptions{MaxEntries: c.maxEntries})
 	}
@@ -283,12 +289,11 @@ type Pipeline[V any] struct {
 	co      coord.Coord[V]
 	lockCfg LockSettings
 
-	br        *breaker.Breaker
-	retry     *RetrySettings
-	fb        fallback.Chain[V]
-	isFailure func(error) bool
-	tel       *obs.Telemetry
-	logs      logs
+	br   *breaker.Breaker
+	lc   loadcall.Caller // the loader call: its breaker, retry and timeout
+	fb   fallback.Chain[V]
+	tel  *obs.Telemetry
+	logs logs
 
 	ttl, l1TTL, negTTL, grace time.Duration
 	jitter                    float64

@@ -13,13 +13,14 @@ import (
 )
 
 // callers returns, for each call in the non-test files of the package
-// and of the seam it runs on (internal/coord) whose callee's expression
+// and of the internal packages it runs on (internal/coord, the seam, and
+// internal/loadcall, the loader call) whose callee's expression
 // is name or ends in "."+name (p.bg.add for "bg.add"), the function whose
 // body holds it, once each, sorted.
 func callers(t *testing.T, name string) []string {
 	t.Helper()
 	var files []string
-	for _, pattern := range []string{"*.go", "../internal/coord/*.go"} {
+	for _, pattern := range []string{"*.go", "../internal/coord/*.go", "../internal/loadcall/*.go"} {
 		fs, err := filepath.Glob(pattern)
 		if err != nil || len(fs) == 0 {
 			t.Fatalf("%s: %v, %d files", pattern, err, len(fs))

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -44,7 +45,7 @@ func (p *Pipeline[V]) DoResult(ctx context.Context, fn DoFunc[V]) (Result[V], er
 		ctx, cancel = context.WithTimeout(ctx, p.callTimeout)
 		defer cancel()
 	}
-	v, _, err := p.callFunc(ctx, "", loader[V]{do: fn})
+	v, _, err := loadcall.Call(ctx, &p.lc, "", loadcall.Func[V]{Do: fn})
 	var r Result[V]
 	switch {
 	case err == nil:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/timeout"
 )
 
@@ -23,7 +24,7 @@ var (
 	ErrWrongCall = errors.New("resilience: call does not fit the pipeline")
 	// ErrTimeout is matched by the error of a loader attempt that ran out
 	// of its Timeout, and of a call that ran out of its CallTimeout.
-	ErrTimeout = errors.New("resilience: timeout")
+	ErrTimeout = loadcall.ErrTimeout
 	// ErrClosed is returned by calls on a closed pipeline.
 	ErrClosed = errors.New("resilience: pipeline closed")
 	// ErrNotFound is what a loader returns to say the key has no value.

@@ -12,11 +12,12 @@
 //	l2.go        L2 reads, the write-back (the commit under a grant)
 //	lock.go      the lock stage: the winner holds and loads; its releases
 //	wait.go      the wait loop for the values others hold: a key's, a batch's
-//	loader.go    the loader call and its store, for a key and a batch:
-//	             breaker, timeout, SetTTL, the load counts (retry.go: retry)
+//	loader.go    the load stage, for a key and a batch: the loader's call
+//	             (internal/loadcall), its entry, SetTTL, the store
 //	fallback.go  the fallback chain: stale copy, default, error
 //	result.go    what a call returns
-//	outcome.go   what a loader's error means to the stages after it
+//	outcome.go   the fallback reason of a loader's error; the breakers'
+//	             observer
 //	errors.go    every error type
 //
 // The stages ask the coordination seam, package internal/coord, for the
@@ -26,7 +27,14 @@
 // them sit guard.go (the Redis breaker's guard and the classifier of
 // Redis errors) and watchdog.go (the one watchdog, for one lease or a
 // batch's). build.go hands an adapter what it needs of the pipeline
-// (coord.Deps) when it builds it. GetMany (many.go: its entry and the
+// (coord.Deps) when it builds it.
+//
+// The loader's call is package internal/loadcall: loadcall.go (an
+// attempt behind the breaker and the timeout, its recovered panic, span
+// and load count), retry.go (the retry loop), class.go (the one
+// classifier of what a loader returned), ttl.go (SetTTL's plumbing) and
+// many.go (a batch's call). build.go hands it what it needs of the
+// pipeline (loadcall.Caller); retry.go keeps RetrySettings. GetMany (many.go: its entry and the
 // settling of each key) takes the same files: each stage's batch form
 // sits beside its single-key form.
 //
@@ -41,7 +49,8 @@
 // Lock runs, measured by coverage.
 //
 // The mechanisms that are not stages live in internal packages of their
-// own: internal/coord (the seam), internal/flight (the group of flights
+// own: internal/coord (the seam), internal/loadcall (the loader's
+// call), internal/flight (the group of flights
 // that the single-flight stage leads and joins), internal/redisbatch (the
 // Redis commands of a moment sent in batches), internal/slotreload (a
 // Cluster client's slot map reloaded when Redis operations fail),

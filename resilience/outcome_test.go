@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/loadcall"
 )
 
 // TestClassifyLoad: each kind of loader error, its class, and what the
@@ -19,25 +20,26 @@ func TestClassifyLoad(t *testing.T) {
 	cases := []struct {
 		name      string
 		err       error
-		class     loadClass
+		class     loadcall.Class
 		reason    string
 		outcome   string
 		retryable bool
 		failure   bool // without IsFailure
 		failureIf bool // with an IsFailure that returns false
 	}{
-		{"nil", nil, loadOK, "", "ok", false, false, false},
-		{"not found", fmt.Errorf("x: %w", ErrNotFound), loadNotFound, "error", "not_found", false, false, false},
-		{"canceled", fmt.Errorf("x: %w", context.Canceled), loadCanceled, "error", "error", false, false, false},
-		{"breaker open", fmt.Errorf("x: %w", breaker.ErrOpen), loadRefused, "breaker_open", "breaker_open", false, true, true},
-		{"too many probes", breaker.ErrTooManyProbes, loadRefused, "breaker_open", "breaker_open", false, true, true},
-		{"attempt timeout", timedOut("loader attempt", time.Second, context.DeadlineExceeded), loadTimedOut, "timeout", "timeout", true, true, true},
-		{"caller's deadline", context.DeadlineExceeded, loadDeadline, "timeout", "timeout", false, true, false},
-		{"panic", panicked("loader", "oops"), loadPanicked, "panic", "panic", true, true, true},
-		{"other", boom, loadFailed, "error", "error", true, true, false},
+		{"nil", nil, loadcall.OK, "", "ok", false, false, false},
+		{"not found", fmt.Errorf("x: %w", ErrNotFound), loadcall.NotFound, "error", "not_found", false, false, false},
+		{"canceled", fmt.Errorf("x: %w", context.Canceled), loadcall.Canceled, "error", "error", false, false, false},
+		{"breaker open", fmt.Errorf("x: %w", breaker.ErrOpen), loadcall.Refused, "breaker_open", "breaker_open", false, true, true},
+		{"too many probes", breaker.ErrTooManyProbes, loadcall.Refused, "breaker_open", "breaker_open", false, true, true},
+		{"attempt timeout", timedOut("loader attempt", time.Second, context.DeadlineExceeded), loadcall.TimedOut, "timeout", "timeout", true, true, true},
+		{"caller's deadline", context.DeadlineExceeded, loadcall.Deadline, "timeout", "timeout", false, true, false},
+		{"panic", panicked("loader", "oops"), loadcall.Panicked, "panic", "panic", true, true, true},
+		{"other", boom, loadcall.Failed, "error", "error", true, true, false},
 	}
-	plain := &Pipeline[string]{}
-	picky := &Pipeline[string]{isFailure: func(error) bool { return false }}
+	plain := &Pipeline[string]{lc: *testCaller(nil)}
+	picky := &Pipeline[string]{lc: *testCaller(nil)}
+	picky.lc.IsFailure = func(error) bool { return false }
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := classifyLoad(tc.err)
@@ -47,7 +49,7 @@ func TestClassifyLoad(t *testing.T) {
 			if got := reason(tc.err); got != tc.reason {
 				t.Errorf("reason %q, want %q", got, tc.reason)
 			}
-			if got := c.outcome(); got != tc.outcome {
+			if got := c.Outcome(); got != tc.outcome {
 				t.Errorf("outcome %q, want %q", got, tc.outcome)
 			}
 			if got := (&RetrySettings{}).retryable(tc.err); got != tc.retryable {

@@ -1,7 +1,8 @@
 //go:build ignore
 
 // Coldpath lists the files of package resilience, and apart those of the
-// seam it runs on (internal/coord), that a cold Get with Redis and Lock
+// internal packages it runs on (internal/coord, the seam, and
+// internal/loadcall, the loader call), that a cold Get with Redis and Lock
 // runs: the files with statements covered by a Build, one cold Get and a
 // Close that a Build and a Close alone do not cover (resilience's
 // TestColdGetPath, run twice with coverage). It needs redis-server on the
@@ -30,7 +31,7 @@ func main() {
 	for _, mode := range []string{"base", "get"} {
 		out := filepath.Join(dir, mode+".out")
 		cmd := exec.Command("go", "test", "-count=1", "-run", "^TestColdGetPath$", "-coverprofile="+out,
-			"-coverpkg=./resilience/,./internal/coord/", "./resilience/")
+			"-coverpkg=./resilience/,./internal/coord/,./internal/loadcall/", "./resilience/")
 		cmd.Env = append(os.Environ(), "HERDGUARD_COLD_PATH="+mode)
 		cmd.Stderr = os.Stderr
 		if b, err := cmd.Output(); err != nil {
@@ -60,7 +61,7 @@ func main() {
 }
 
 // pkgs is the packages whose files coldpath lists, each apart.
-var pkgs = []string{"resilience", "internal/coord"}
+var pkgs = []string{"resilience", "internal/coord", "internal/loadcall"}
 
 // blocks is the covered blocks of the files of pkgs (not of their
 // subpackages) in the coverage profile at path.

@@ -10,7 +10,8 @@ import (
 	"testing"
 )
 
-// TestShared checks that the pipeline's Retry stage and httpx run their
+// TestShared checks that the pipeline's Retry stage (internal/loadcall,
+// the loader call) and httpx run their
 // attempts through Run, and that no other code in the repository drives a
 // backoff schedule of its own.
 func TestShared(t *testing.T) {
@@ -68,7 +69,7 @@ func TestShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{"resilience", "resilience/httpx"} {
+	for _, dir := range []string{"internal/loadcall", "resilience/httpx"} {
 		if !runs[dir] {
 			t.Errorf("%s does not run its attempts through retryloop.Run", dir)
 		}
