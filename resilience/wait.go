@@ -3,9 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
-	"reflect"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -14,6 +12,7 @@ import (
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/coord"
+	"github.com/herdguard/herdguard/internal/fanin"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -122,7 +121,7 @@ func (p *Pipeline[V]) wait(ctx context.Context, keys []string, sub waitSub, star
 		case <-woken:
 			due = pending
 		case k := <-sub.heard:
-			due = drainHeard(sub.heard, k, listened)
+			due = fanin.Drain(sub.heard, k, listened)
 		}
 		t.Stop()
 	}
@@ -144,7 +143,7 @@ type waitSub struct {
 // drain returns the keys of pending announced now that keep accepts.
 func (s waitSub) drain(pending []string, keep func(string) bool) []string {
 	if s.heard != nil {
-		return drainHeard(s.heard, "", keep)
+		return fanin.Drain(s.heard, "", keep)
 	}
 	select {
 	case <-s.woken:
@@ -246,7 +245,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 // that come due together are looked at in one round trip (lookAgain), and
 // loaded in one loader call.
 func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[string]<-chan struct{}, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) {
-	heard, stop := fanIn(keys, subs)
+	heard, stop := fanin.Start(keys, subs)
 	defer stop()
 	look := func(ctx context.Context, due []string, _ bool) []string {
 		return p.lookAgain(ctx, due, load, outs, start)
@@ -278,65 +277,6 @@ func (p *Pipeline[V]) pollBackOff() *backoff.ExponentialBackOff {
 		backoff.WithMaxInterval(time.Second),
 		backoff.WithMaxElapsedTime(0),
 	)
-}
-
-// fanIn passes the announcements of keys, heard on their subscriptions,
-// on one channel: a goroutine per fanInKeys keys selects over theirs.
-// One select over every key would cost each wake-up the whole set, and
-// reflect.Select refuses more than 65,536 cases. stop ends the goroutines.
-func fanIn(keys []string, subs map[string]<-chan struct{}) (heard <-chan string, stop func()) {
-	ch := make(chan string, min(len(keys), fanInKeys))
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for chunk := range slices.Chunk(keys, fanInKeys) {
-		cases := make([]reflect.SelectCase, 0, 1+len(chunk))
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(done)})
-		for _, k := range chunk {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(subs[k])})
-		}
-		wg.Go(func() {
-			for {
-				i, _, _ := reflect.Select(cases)
-				if i == 0 {
-					return
-				}
-				select {
-				case ch <- chunk[i-1]:
-				case <-done:
-					return
-				}
-			}
-		})
-	}
-	return ch, func() { close(done); wg.Wait() }
-}
-
-// fanInKeys is how many keys' subscriptions one goroutine of fanIn
-// selects over.
-const fanInKeys = 64
-
-// drainHeard returns first (unless empty) and the keys heard now, once
-// each, that keep accepts.
-func drainHeard(heard <-chan string, first string, keep func(string) bool) []string {
-	var woken []string
-	seen := map[string]bool{}
-	add := func(k string) {
-		if !seen[k] && keep(k) {
-			seen[k] = true
-			woken = append(woken, k)
-		}
-	}
-	if first != "" {
-		add(first)
-	}
-	for {
-		select {
-		case k := <-heard:
-			add(k)
-		default:
-			return woken
-		}
-	}
 }
 
 // lookAgain looks at the woken keys in one round trip, settles those it
