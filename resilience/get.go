@@ -51,7 +51,8 @@
 // The mechanisms that are not stages live in internal packages of their
 // own: internal/coord (the seam), internal/loadcall (the loader's
 // call), internal/fanin (the announcements of a batch's keys heard on one
-// channel, for wait.go's wait), internal/flight (the group of flights
+// channel, for wait.go's wait), internal/stripe (the striped count of
+// stats.go's L1 hits), internal/flight (the group of flights
 // that the single-flight stage leads and joins), internal/redisbatch (the
 // Redis commands of a moment sent in batches), internal/slotreload (a
 // Cluster client's slot map reloaded when Redis operations fail),

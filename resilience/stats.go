@@ -2,9 +2,9 @@ package resilience
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync/atomic"
 
+	"github.com/herdguard/herdguard/internal/stripe"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -87,13 +87,12 @@ func (p *Pipeline[V]) Stats() Stats {
 
 // stats are the counters behind [Stats], plain atomic counters. The L1
 // hit count is bumped by every hit, on every core at once: it is kept in
-// stripes, each hit bumping one picked at random, so that cores hitting
-// at once (the same hot key too) rarely write one cache line; padding keeps the
-// stripes off one another's lines and off those of the pipeline's other
-// fields, which every call reads.
+// stripes (internal/stripe), so that cores hitting at once (the same hot
+// key too) rarely write one cache line; padding keeps the stripes off
+// those of the pipeline's other fields, which every call reads.
 type stats struct {
 	_        [64]byte
-	l1       [l1Stripes]hitStripe
+	l1       stripe.Counter
 	misses   atomic.Uint64
 	bySource [len(sourceNames)]atomic.Uint64
 	// openBySource counts the calls of bySource that failed open.
@@ -133,33 +132,12 @@ func (p *Pipeline[V]) duplicates(ctx context.Context, cause, n int) {
 	}
 }
 
-// l1Stripes is the number of stripes of the L1 hit count (a power of
-// two): enough that the cores of a large machine counting at once rarely
-// pick the same one.
-const l1Stripes = 32
+// l1Hit counts an L1 hit, in a stripe of the count picked at random.
+func (s *stats) l1Hit() { s.l1.Inc() }
 
-// hitStripe is one stripe of the L1 hit count, a cache line of its own:
-// two counters 64 bytes apart never share a line, however the stats are
-// aligned.
-type hitStripe struct {
-	n atomic.Uint64
-	_ [56]byte
-}
-
-// l1Hit counts an L1 hit, in a stripe picked at random (math/rand/v2's
-// generator, which each thread of the runtime keeps for itself): cores
-// that hit at once, even the same hot key, rarely write the same line.
-func (s *stats) l1Hit() { s.l1[rand.Uint32()&(l1Stripes-1)].n.Add(1) }
-
-// l1Hits is the L1 hit count, the sum of its stripes: exact once the
-// calls it counts have returned.
-func (s *stats) l1Hits() uint64 {
-	var n uint64
-	for i := range s.l1 {
-		n += s.l1[i].n.Load()
-	}
-	return n
-}
+// l1Hits is the L1 hit count: exact once the calls it counts have
+// returned.
+func (s *stats) l1Hits() uint64 { return s.l1.Load() }
 
 // calls is the number of calls served from source i so far, failed open
 // or not: what the pipeline's call metric reports.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/internal/redistest"
+	"github.com/herdguard/herdguard/internal/stripe"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -226,13 +227,8 @@ func TestStats_l1HitsStripedExact(t *testing.T) {
 	}
 	wg.Wait()
 	wantStats(t, "hits", p.Stats(), Stats{L1Hits: keys * workers * rounds, Misses: keys, Loaded: keys, Loads: keys})
-	used := 0
-	for i := range p.stats.l1 {
-		if p.stats.l1[i].n.Load() > 0 {
-			used++
-		}
-	}
-	if used < l1Stripes/2 {
-		t.Fatalf("%d hits counted in %d of the %d stripes; want them spread over half at least", keys*workers*rounds, used, l1Stripes)
+	used := p.stats.l1.Used()
+	if used < stripe.Stripes/2 {
+		t.Fatalf("%d hits counted in %d of the %d stripes; want them spread over half at least", keys*workers*rounds, used, stripe.Stripes)
 	}
 }
