@@ -1,0 +1,88 @@
+package loadcall
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"testing"
+	"testing/synctest"
+
+	"github.com/herdguard/herdguard/breaker"
+)
+
+// TestCallMany_keyErrorsFailOnlyTheirKeys: the per-key errors a batch's
+// loader returns fail those keys only, beside the values it found, and
+// the call counts as a success for the breaker.
+func TestCallMany_keyErrorsFailOnlyTheirKeys(t *testing.T) {
+	c := withBreaker(t, newCaller(t, nil), 1)
+	vals, errs, _, err := CallMany(context.Background(), c, []string{"a", "b"}, func(context.Context, []string) (map[string]int, error) {
+		return map[string]int{"a": 1}, keyErrs{"b": errBoom}
+	})
+	if err != nil {
+		t.Fatalf("err = %v, want none: the key errors are the keys'", err)
+	}
+	if !maps.Equal(vals, map[string]int{"a": 1}) || len(errs) != 1 || errs["b"] != errBoom {
+		t.Fatalf("CallMany = %v, %v; want a=1 and b failed with errBoom", vals, errs)
+	}
+	if s := c.Breaker.State(); s != breaker.Closed {
+		t.Errorf("breaker %v after key errors, want closed: the call succeeded", s)
+	}
+}
+
+func TestCallMany_error(t *testing.T) {
+	c := newCaller(t, nil)
+	vals, errs, _, err := CallMany(context.Background(), c, []string{"a"}, func(context.Context, []string) (map[string]int, error) {
+		return map[string]int{"a": 1}, errBoom
+	})
+	if err != errBoom || vals != nil || errs != nil {
+		t.Fatalf("CallMany = %v, %v, %v; want errBoom and nothing else", vals, errs, err)
+	}
+}
+
+// TestCallMany_retryAnswersWithTheLastAttempt: with Retry, each attempt
+// gets the keys as the caller gave them, and the values are those of the
+// attempt that succeeded.
+func TestCallMany_retryAnswersWithTheLastAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCaller(t, fastRetry(3))
+		keys := []string{"a", "b"}
+		var got [][]string
+		vals, errs, _, err := CallMany(context.Background(), c, keys, func(_ context.Context, ks []string) (map[string]int, error) {
+			got = append(got, slices.Clone(ks))
+			n := len(got)
+			ks[0] = "changed by the loader"
+			if n < 3 {
+				return map[string]int{"a": n}, errBoom
+			}
+			return map[string]int{"a": n, "b": n}, nil
+		})
+		if err != nil || errs != nil || !maps.Equal(vals, map[string]int{"a": 3, "b": 3}) {
+			t.Fatalf("CallMany = %v, %v, %v; want the third attempt's a=3 b=3", vals, errs, err)
+		}
+		for i, ks := range got {
+			if !slices.Equal(ks, []string{"a", "b"}) {
+				t.Errorf("attempt %d got keys %v, want [a b]", i+1, ks)
+			}
+		}
+		if !slices.Equal(keys, []string{"a", "b"}) {
+			t.Errorf("the caller's keys are now %v: the loader changed them", keys)
+		}
+	})
+}
+
+// TestCallMany_keyErrorsAreNotRetried: a loader that failed some keys
+// answered: the call is not tried again.
+func TestCallMany_keyErrorsAreNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCaller(t, fastRetry(3))
+		calls := 0
+		_, errs, _, err := CallMany(context.Background(), c, []string{"a"}, func(context.Context, []string) (map[string]int, error) {
+			calls++
+			return nil, keyErrs{"a": errBoom}
+		})
+		if err != nil || !errors.Is(errs["a"], errBoom) || calls != 1 {
+			t.Fatalf("CallMany: errs %v, err %v after %d calls; want a failed, after 1 call", errs, err, calls)
+		}
+	})
+}
