@@ -3,14 +3,13 @@ package resilience
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/goleak"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -24,149 +23,10 @@ func fastRetry(attempts int) RetrySettings {
 	return RetrySettings{MaxAttempts: attempts, Initial: time.Millisecond, Max: 2 * time.Millisecond}
 }
 
-func TestRetrySettings_retryable(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	errSkip := errors.New("skip me")
-	onlyNotSkip := func(err error) bool { return !errors.Is(err, errSkip) }
-	attemptTimeout := timedOut("loader attempt", time.Second, context.DeadlineExceeded)
-	tests := []struct {
-		name      string
-		retryable func(error) bool
-		err       error
-		want      bool
-	}{
-		{"nil", nil, nil, false},
-		{"plain error", nil, errBoom, true},
-		{"wrapped plain error", nil, fmt.Errorf("load: %w", errBoom), true},
-		{"permanent", nil, Permanent(errBoom), false},
-		{"wrapped permanent", nil, fmt.Errorf("load: %w", Permanent(errBoom)), false},
-		{"canceled", nil, context.Canceled, false},
-		{"wrapped canceled", nil, fmt.Errorf("load: %w", context.Canceled), false},
-		{"flight deadline", nil, context.DeadlineExceeded, false},
-		{"attempt timeout", nil, attemptTimeout, true},
-		{"breaker open", nil, fmt.Errorf("%w (db)", breaker.ErrOpen), false},
-		{"breaker probes in flight", nil, fmt.Errorf("%w (db)", breaker.ErrTooManyProbes), false},
-		{"not found", nil, ErrNotFound, false},
-		{"wrapped not found", nil, fmt.Errorf("user 42: %w", ErrNotFound), false},
-		{"Retryable says no", onlyNotSkip, errSkip, false},
-		{"Retryable says yes", onlyNotSkip, errBoom, true},
-		{"Retryable cannot revive canceled", func(error) bool { return true }, context.Canceled, false},
-		{"Retryable cannot revive permanent", func(error) bool { return true }, Permanent(errBoom), false},
-		{"Retryable cannot revive not found", func(error) bool { return true }, ErrNotFound, false},
-		{"Retryable cannot revive breaker open", func(error) bool { return true }, breaker.ErrOpen, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := RetrySettings{Retryable: tt.retryable}.withDefaults()
-			if got := s.retryable(tt.err); got != tt.want {
-				t.Errorf("retryable(%v) = %v, want %v", tt.err, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestRetry_attemptsByError(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	tests := []struct {
-		name  string
-		err   error // what every attempt returns
-		calls int   // attempts expected with MaxAttempts 4
-	}{
-		{"transient error is retried to the limit", errBoom, 4},
-		{"permanent error stops at once", Permanent(errBoom), 1},
-		{"canceled stops at once", context.Canceled, 1},
-		{"deadline exceeded stops at once", context.DeadlineExceeded, 1},
-		{"breaker open stops at once", fmt.Errorf("%w (db)", breaker.ErrOpen), 1},
-		{"not found stops at once", ErrNotFound, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := fastRetry(4).withDefaults()
-			calls := 0
-			_, err := retry(context.Background(), &s, nil, func(n int) (int, error) {
-				calls++
-				if n != calls {
-					t.Errorf("attempt number = %d, want %d", n, calls)
-				}
-				return 0, tt.err
-			})
-			if calls != tt.calls {
-				t.Errorf("attempts = %d, want %d", calls, tt.calls)
-			}
-			if err == nil {
-				t.Fatal("retry returned no error")
-			}
-			var perm *backoff.PermanentError
-			if errors.As(err, &perm) {
-				t.Errorf("retry returned %v still wrapped as permanent", err)
-			}
-		})
-	}
-}
-
-func TestRetry_permanentUnwrapped(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	s := fastRetry(3).withDefaults()
-	_, err := retry(context.Background(), &s, nil, func(int) (int, error) { return 0, Permanent(errBoom) })
-	if err != errBoom {
-		t.Fatalf("err = %#v, want errBoom itself", err)
-	}
-}
-
-func TestRetry_succeedsAfterFailures(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	s := fastRetry(3).withDefaults()
-	calls := 0
-	v, err := retry(context.Background(), &s, nil, func(n int) (string, error) {
-		calls++
-		if n < 3 {
-			return "", errBoom
-		}
-		return "ok", nil
-	})
-	if err != nil || v != "ok" || calls != 3 {
-		t.Fatalf("retry = (%q, %v) after %d calls, want (\"ok\", nil) after 3", v, err, calls)
-	}
-}
-
-func TestRetry_nilSettingsRunsOnce(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	calls := 0
-	_, err := retry(context.Background(), nil, nil, func(int) (int, error) { calls++; return 0, errBoom })
-	if calls != 1 || !errors.Is(err, errBoom) {
-		t.Fatalf("calls = %d, err = %v; want 1 call and errBoom", calls, err)
-	}
-}
-
-func TestRetry_maxAttempts(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	for _, max := range []int{1, 2, 5} {
-		t.Run(fmt.Sprint(max), func(t *testing.T) {
-			s := fastRetry(max).withDefaults()
-			calls := 0
-			_, err := retry(context.Background(), &s, nil, func(int) (int, error) { calls++; return 0, errBoom })
-			if calls != max {
-				t.Errorf("attempts = %d, want %d", calls, max)
-			}
-			if !errors.Is(err, errBoom) {
-				t.Errorf("err = %v, want the last attempt's errBoom", err)
-			}
-		})
-	}
-}
-
-func TestRetrySettings_withDefaults(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	got := RetrySettings{}.withDefaults()
-	want := RetrySettings{MaxAttempts: 3, Initial: 100 * time.Millisecond, Multiplier: 2,
-		RandomizationFactor: 0.5, Max: 2 * time.Second, MaxElapsed: 10 * time.Second}
-	if got.MaxAttempts != want.MaxAttempts || got.Initial != want.Initial || got.Multiplier != want.Multiplier ||
-		got.RandomizationFactor != want.RandomizationFactor || got.Max != want.Max || got.MaxElapsed != want.MaxElapsed {
-		t.Fatalf("defaults = %+v, want %+v", got, want)
-	}
-}
-
-func TestRetrySettings_validate(t *testing.T) {
+// TestBuild_Retry_validate: Build refuses RetrySettings that make no
+// sense with a ConfigError on Retry whose problem names the field at
+// fault, and accepts the zero settings.
+func TestBuild_Retry_validate(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	tests := []struct {
 		name  string
@@ -184,125 +44,40 @@ func TestRetrySettings_validate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := tt.s.validate()
-			if tt.field == "" && p != "" || tt.field != "" && !strings.HasPrefix(p, tt.field+" ") {
-				t.Errorf("validate() = %q, want a problem naming %q", p, tt.field)
-			}
-		})
-	}
-}
-
-// TestRetrySettings_policy_jitterBounds checks that each interval lies
-// within [i*(1-f), i*(1+f)] of its un-jittered value i, and that intervals
-// are in fact spread.
-func TestRetrySettings_policy_jitterBounds(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	tests := []struct {
-		name string
-		s    RetrySettings
-		f    float64 // the factor in force
-	}{
-		{"default factor", RetrySettings{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond}, 0.5},
-		{"small factor", RetrySettings{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond, RandomizationFactor: 0.1}, 0.1},
-		{"large factor", RetrySettings{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond, RandomizationFactor: 0.9}, 0.9},
-		{"slow growth", RetrySettings{Initial: 10 * time.Millisecond, Max: time.Second, Multiplier: 1.5, RandomizationFactor: 0.3}, 0.3},
-	}
-	const samples = 200
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := tt.s
-			s.MaxAttempts = 8
-			s.MaxElapsed = time.Hour // so that only MaxAttempts stops the backoff
-			s = s.withDefaults()
-			firsts := map[time.Duration]bool{}
-			for range samples {
-				pol := s.policy()
-				bo := pol.NewBackOff()
-				i := s.Initial
-				for k := 1; k < s.MaxAttempts; k++ {
-					got := bo.NextBackOff()
-					lo := time.Duration(math.Floor(float64(i) * (1 - tt.f)))
-					hi := time.Duration(math.Ceil(float64(i) * (1 + tt.f)))
-					if got < lo || got > hi {
-						t.Fatalf("interval %d = %v, want within [%v, %v] around %v", k, got, lo, hi, i)
-					}
-					if k == 1 {
-						firsts[got] = true
-					}
-					i = min(time.Duration(float64(i)*s.Multiplier), s.Max)
+			p, err := New[string]("retry-validate").Keyless().Retry(tt.s).Build()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("Build: %v, want the zero RetrySettings accepted", err)
 				}
-				if got := bo.NextBackOff(); got != backoff.Stop {
-					t.Fatalf("interval after MaxAttempts-1 retries = %v, want Stop", got)
-				}
+				_ = p.Close()
+				return
 			}
-			if len(firsts) < 2 {
-				t.Errorf("%d samples of the first interval were all %v: no jitter", samples, firsts)
+			if err == nil {
+				_ = p.Close()
+				t.Fatalf("Build accepted %+v", tt.s)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != "Retry" || !strings.HasPrefix(ce.Problem, tt.field+" ") {
+				t.Errorf("err = %v, want a ConfigError on Retry whose problem names %q", err, tt.field)
 			}
 		})
 	}
 }
 
-func TestRetrySettings_policy_freshPerCall(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	s := RetrySettings{MaxAttempts: 2, Initial: time.Millisecond, MaxElapsed: time.Hour}.withDefaults()
-	pol := s.policy()
-	a := pol.NewBackOff()
-	if a.NextBackOff() == backoff.Stop || a.NextBackOff() != backoff.Stop {
-		t.Fatal("first backoff should allow exactly one retry")
-	}
-	if b := pol.NewBackOff(); b.NextBackOff() == backoff.Stop {
-		t.Fatal("a second call's backoff shares the first call's retry count")
-	}
-}
-
-func TestRetry_maxElapsed(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	// Every wait is at least Initial*(1-0.5) = 5ms, so a 50ms budget allows
-	// at most about 11 attempts; MaxAttempts would allow 1000.
-	s := RetrySettings{MaxAttempts: 1000, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond,
-		MaxElapsed: 50 * time.Millisecond}.withDefaults()
-	calls := 0
-	_, err := retry(context.Background(), &s, nil, func(int) (int, error) { calls++; return 0, errBoom })
-	if !errors.Is(err, errBoom) {
-		t.Fatalf("err = %v, want errBoom", err)
-	}
-	if calls < 2 || calls > 13 {
-		t.Fatalf("attempts = %d, want between 2 and 13 under a 50ms MaxElapsed", calls)
-	}
-}
-
-func TestRetry_ctxCanceledDuringBackoff(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	// The backoff would sleep an hour: only the cancellation can end it.
-	s := RetrySettings{MaxAttempts: 5, Initial: time.Hour, Max: time.Hour, MaxElapsed: 10 * time.Hour}.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	attempted := make(chan struct{})
-	var calls atomic.Int32
-	type out struct{ err error }
-	res := make(chan out, 1)
-	go func() {
-		_, err := retry(ctx, &s, nil, func(int) (int, error) {
-			if calls.Add(1) == 1 {
-				close(attempted)
-			}
-			return 0, errBoom
-		})
-		res <- out{err}
-	}()
-	<-attempted
-	cancel()
-	select {
-	case r := <-res:
-		if !errors.Is(r.err, errBoom) {
-			t.Errorf("err = %v, want the attempt's errBoom", r.err)
+// TestPipeline_Retry_defaults: zero RetrySettings take their defaults:
+// three attempts.
+func TestPipeline_Retry_defaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := build(t, New[string]("retry-defaults").Keyless().Retry(RetrySettings{}))
+		var calls atomic.Int32
+		load := countingLoader(math.MaxInt32, "", &calls)
+		if _, err := p.Do(context.Background(), func(ctx context.Context) (string, error) { return load(ctx, "") }); !errors.Is(err, errBoom) {
+			t.Fatalf("err = %v, want errBoom", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("retry still sleeping 10s after its context was canceled")
-	}
-	if n := calls.Load(); n != 1 {
-		t.Errorf("attempts = %d, want 1", n)
-	}
+		if n := calls.Load(); n != 3 {
+			t.Errorf("loader calls = %d, want the default 3 attempts", n)
+		}
+	})
 }
 
 // countingLoader fails its first fails calls with errBoom, then returns v.
