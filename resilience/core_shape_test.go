@@ -14,13 +14,13 @@ import (
 
 // callers returns, for each call in the non-test files of the package
 // and of the internal packages it runs on (internal/coord, the seam,
-// internal/loadcall, the loader call, and internal/fanin) whose callee's
-// expression is name or ends in "."+name (p.bg.add for "bg.add"), the
-// function whose body holds it, once each, sorted.
+// internal/loadcall, the loader call, and internal/wait, the wait loop)
+// whose callee's expression is name or ends in "."+name (p.bg.add for
+// "bg.add"), the function whose body holds it, once each, sorted.
 func callers(t *testing.T, name string) []string {
 	t.Helper()
 	var files []string
-	for _, pattern := range []string{"*.go", "../internal/coord/*.go", "../internal/loadcall/*.go", "../internal/fanin/*.go"} {
+	for _, pattern := range []string{"*.go", "../internal/coord/*.go", "../internal/loadcall/*.go", "../internal/wait/*.go"} {
 		fs, err := filepath.Glob(pattern)
 		if err != nil || len(fs) == 0 {
 			t.Fatalf("%s: %v, %d files", pattern, err, len(fs))
@@ -83,15 +83,18 @@ func TestCore_oneWatchdog(t *testing.T) {
 	}
 }
 
-// TestCore_oneWaitLoop: a key's wait and a batch's are one loop, wait,
-// the only one that paces polls; a key's wait hears its own subscription,
-// without the batch's fan-in (internal/fanin).
+// TestCore_oneWaitLoop: a key's wait and a batch's are one loop,
+// internal/wait's Loop, the only one that paces polls; a key's wait hears
+// its own subscription, without the batch's fan-in (wait.FanIn).
 func TestCore_oneWaitLoop(t *testing.T) {
-	if got := callers(t, "pollBackOff"); !slices.Equal(got, []string{"wait"}) {
-		t.Errorf("the poll's backoff is made in %v; want wait alone", got)
+	if got := callers(t, "pollBackOff"); !slices.Equal(got, []string{"Loop"}) {
+		t.Errorf("the poll's backoff is made in %v; want Loop alone", got)
 	}
-	if got := callers(t, "fanin.Start"); !slices.Equal(got, []string{"awaitMany"}) {
-		t.Errorf("the fan-in (internal/fanin) is started from %v; want awaitMany alone", got)
+	if got := callers(t, "wait.Loop"); !slices.Equal(got, []string{"await", "awaitMany"}) {
+		t.Errorf("the wait loop (internal/wait) is run from %v; want await and awaitMany alone", got)
+	}
+	if got := callers(t, "wait.FanIn"); !slices.Equal(got, []string{"awaitMany"}) {
+		t.Errorf("the fan-in (internal/wait) is started from %v; want awaitMany alone", got)
 	}
 }
 

@@ -11,7 +11,8 @@
 //	             the one recoverer of panics
 //	l2.go        L2 reads, the write-back (the commit under a grant)
 //	lock.go      the lock stage: the winner holds and loads; its releases
-//	wait.go      the wait loop for the values others hold: a key's, a batch's
+//	wait.go      the wait for the values others hold, a key's and a batch's:
+//	             the looks and their outcomes around internal/wait's loop
 //	loader.go    the load stage, for a key and a batch: the loader's call
 //	             (internal/loadcall), its entry, SetTTL, the store
 //	fallback.go  the fallback chain: stale copy, default, error
@@ -50,9 +51,9 @@
 //
 // The mechanisms that are not stages live in internal packages of their
 // own: internal/coord (the seam), internal/loadcall (the loader's
-// call), internal/fanin (the announcements of a batch's keys heard on one
-// channel, for wait.go's wait), internal/stripe (the striped count of
-// stats.go's L1 hits), internal/flight (the group of flights
+// call), internal/wait (the one wait loop for the keys others hold, and
+// the fan-in of a batch's keys' announcements that it hears),
+// internal/stripe (the striped count of stats.go's L1 hits), internal/flight (the group of flights
 // that the single-flight stage leads and joins), internal/redisbatch (the
 // Redis commands of a moment sent in batches), internal/slotreload (a
 // Cluster client's slot map reloaded when Redis operations fail),

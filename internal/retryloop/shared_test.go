@@ -19,7 +19,7 @@ func TestShared(t *testing.T) {
 	polls := map[string]bool{
 		// Paces the polls of the keys another caller holds locked, for a
 		// key and for a batch (pollBackOff).
-		"resilience/wait.go": true,
+		"internal/wait/wait.go": true,
 		// Paces the announcement subscription's reconnections, which go
 		// on until Close; its schedule is a Policy's.
 		"internal/rlock/redis_notify.go": true,

@@ -1,7 +1,4 @@
-// Package fanin passes the announcements of many keys, each heard on a
-// subscription of its own, on one channel: what a batch's wait (package
-// resilience's awaitMany) hears its keys on.
-package fanin
+package wait
 
 import (
 	"reflect"
@@ -9,11 +6,12 @@ import (
 	"sync"
 )
 
-// Start passes the announcements of keys, heard on their subscriptions,
-// on one channel: a goroutine per chunk keys selects over theirs. One
-// select over every key would cost each wake-up the whole set, and
-// reflect.Select refuses more than 65,536 cases. stop ends the goroutines.
-func Start(keys []string, subs map[string]<-chan struct{}) (heard <-chan string, stop func()) {
+// FanIn passes the announcements of keys, heard on their subscriptions,
+// on one channel: what a batch's wait hears its keys on (the Heard of its
+// Sub). A goroutine per chunk keys selects over theirs. One select over
+// every key would cost each wake-up the whole set, and reflect.Select
+// refuses more than 65,536 cases. stop ends the goroutines.
+func FanIn(keys []string, subs map[string]<-chan struct{}) (heard <-chan string, stop func()) {
 	ch := make(chan string, min(len(keys), chunk))
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -40,13 +38,13 @@ func Start(keys []string, subs map[string]<-chan struct{}) (heard <-chan string,
 	return ch, func() { close(done); wg.Wait() }
 }
 
-// chunk is how many keys' subscriptions one goroutine of Start selects
+// chunk is how many keys' subscriptions one goroutine of FanIn selects
 // over.
 const chunk = 64
 
-// Drain returns first (unless empty) and the keys heard now, once each,
-// that keep accepts.
-func Drain(heard <-chan string, first string, keep func(string) bool) []string {
+// drainHeard returns first (unless empty) and the keys heard now, once
+// each, that keep accepts.
+func drainHeard(heard <-chan string, first string, keep func(string) bool) []string {
 	var woken []string
 	seen := map[string]bool{}
 	add := func(k string) {

@@ -1,4 +1,4 @@
-package fanin
+package wait
 
 import (
 	"testing"

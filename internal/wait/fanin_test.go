@@ -1,4 +1,4 @@
-package fanin
+package wait
 
 import (
 	"fmt"
@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// TestStart_moreKeysThanOneSelectTakes: GetMany's wait hears the
+// TestFanIn_moreKeysThanOneSelectTakes: GetMany's wait hears the
 // announcements of 70,000 keys (more than the 65,536 cases reflect.Select
 // takes at once, which made such a wait panic) on one channel, each key
 // heard as often as it is announced, and stop ends its goroutines.
-func TestStart_moreKeysThanOneSelectTakes(t *testing.T) {
+func TestFanIn_moreKeysThanOneSelectTakes(t *testing.T) {
 	const n = 70_000
 	keys := make([]string, n)
 	chans := make(map[string]chan struct{}, n)
@@ -21,7 +21,7 @@ func TestStart_moreKeysThanOneSelectTakes(t *testing.T) {
 		ch := make(chan struct{}, 1)
 		chans[keys[i]], subs[keys[i]] = ch, ch
 	}
-	heard, stop := Start(keys, subs)
+	heard, stop := FanIn(keys, subs)
 	defer stop()
 	announce := []string{"k0", "k65535", "k65536", "k69999"}
 	var got []string
