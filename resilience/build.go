@@ -11,6 +11,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
+	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/obs"
@@ -157,6 +158,8 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	}
 	p.tel, p.lc.Tel = tel, tel
 	p.logs = logs{l: c.logger, pipeline: c.name}
+	// No caller is left to hear a panic of background work: it is logged.
+	p.bg.Panicked = func(ctx context.Context, v any) { p.logs.panicked(ctx, panicked("pipeline", v)) }
 	if c.retryOn {
 		r := loadcall.Retry(c.retry).WithDefaults()
 		p.lc.Retry = &r
@@ -303,7 +306,7 @@ type Pipeline[V any] struct {
 	flightTimeout             time.Duration
 
 	closers []func() error
-	bg      tasks // shared loads and refreshes; Close waits for them
+	bg      bg.Tasks // shared loads and refreshes; Close waits for them
 	// refreshing holds the keys with a background refresh under way.
 	refreshing sync.Map
 	closed     atomic.Bool
@@ -323,7 +326,7 @@ type Pipeline[V any] struct {
 func (p *Pipeline[V]) Close() error {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
-		p.bg.close()
+		p.bg.Close()
 		var errs []error
 		for _, c := range p.closers {
 			errs = append(errs, c())

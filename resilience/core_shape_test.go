@@ -14,13 +14,29 @@ import (
 
 // callers returns, for each call in the non-test files of the package
 // and of the internal packages it runs on (internal/coord, the seam,
-// internal/loadcall, the loader call, and internal/wait, the wait loop)
-// whose callee's expression is name or ends in "."+name (p.bg.add for
-// "bg.add"), the function whose body holds it, once each, sorted.
+// internal/loadcall, the loader call, internal/bg, the launch of
+// background work, and internal/wait, the wait loop) whose callee's
+// expression is name or ends in "."+name (p.bg.Add for "bg.Add"), the
+// function whose body holds it, once each, sorted.
 func callers(t *testing.T, name string) []string {
 	t.Helper()
+	return holders(t, []string{"*.go", "../internal/coord/*.go", "../internal/loadcall/*.go", "../internal/bg/*.go", "../internal/wait/*.go"}, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return false
+		}
+		called := types.ExprString(call.Fun)
+		return called == name || strings.HasSuffix(called, "."+name)
+	})
+}
+
+// holders returns the functions of the non-test files that patterns
+// match whose bodies hold a node for which is reports true, once each,
+// sorted.
+func holders(t *testing.T, patterns []string, is func(ast.Node) bool) []string {
+	t.Helper()
 	var files []string
-	for _, pattern := range []string{"*.go", "../internal/coord/*.go", "../internal/loadcall/*.go", "../internal/wait/*.go"} {
+	for _, pattern := range patterns {
 		fs, err := filepath.Glob(pattern)
 		if err != nil || len(fs) == 0 {
 			t.Fatalf("%s: %v, %d files", pattern, err, len(fs))
@@ -43,12 +59,7 @@ func callers(t *testing.T, name string) []string {
 				continue
 			}
 			ast.Inspect(fd.Body, func(n ast.Node) bool {
-				call, ok := n.(*ast.CallExpr)
-				if !ok {
-					return true
-				}
-				called := types.ExprString(call.Fun)
-				if (called == name || strings.HasSuffix(called, "."+name)) && !slices.Contains(in, fd.Name.Name) {
+				if n != nil && is(n) && !slices.Contains(in, fd.Name.Name) {
 					in = append(in, fd.Name.Name)
 				}
 				return true
@@ -60,14 +71,22 @@ func callers(t *testing.T, name string) []string {
 }
 
 // TestCore_oneLaunch: background work (shared loads, refreshes, releases)
-// starts in one place, launch; beside it, only the two callers that run a
+// starts in one place, internal/bg's Launch, the only go statement of the
+// stages and of internal/bg; beside it, only the two callers that run a
 // load on their own goroutine and context count it for Close.
 func TestCore_oneLaunch(t *testing.T) {
-	if got := callers(t, "bg.add"); !slices.Equal(got, []string{"fetchAlone", "launch", "missMany"}) {
-		t.Errorf("tasks.add is called from %v; want launch, fetchAlone and missMany alone", got)
+	if got := callers(t, "bg.Add"); !slices.Equal(got, []string{"fetchAlone", "missMany"}) {
+		t.Errorf("bg.Tasks.Add is called from %v; want fetchAlone and missMany alone", got)
 	}
-	if got := callers(t, "launch"); len(got) != 5 {
-		t.Errorf("launch is called from %v; want the five launches of background work", got)
+	if got := callers(t, "bg.Launch"); len(got) != 5 {
+		t.Errorf("bg.Tasks.Launch is called from %v; want the five launches of background work", got)
+	}
+	goes := holders(t, []string{"*.go", "../internal/bg/*.go"}, func(n ast.Node) bool {
+		_, ok := n.(*ast.GoStmt)
+		return ok
+	})
+	if !slices.Equal(goes, []string{"Launch"}) {
+		t.Errorf("go statements are in %v; want Launch alone", goes)
 	}
 }
 

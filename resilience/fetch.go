@@ -42,13 +42,13 @@ func (p *Pipeline[V]) fetchAlone(ctx context.Context, key string, load LoadFunc[
 		return err
 	}
 	// The load runs on the caller's goroutine and context, counted for
-	// Close to wait for, without launch: the closure launch takes would
-	// move o to the heap on every call, an L2 hit's too.
-	if !p.bg.add() {
+	// Close to wait for, without p.bg.Launch: the closure Launch takes
+	// would move o to the heap on every call, an L2 hit's too.
+	if !p.bg.Add() {
 		p.releaseLook(ctx, key, &pd.lk)
 		return ErrClosed
 	}
-	defer p.bg.done()
+	defer p.bg.Done()
 	return p.fetchLoad(ctx, key, load, o, &pd)
 }
 

@@ -3,12 +3,12 @@ package resilience
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/coord"
 	sflight "github.com/herdguard/herdguard/internal/flight"
 	"github.com/herdguard/herdguard/internal/rcache"
@@ -134,7 +134,7 @@ func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFu
 			pd.lk.G = coord.Hold(fctx, p.co, pd.lk.Lease)
 		}
 	}
-	if !p.launch(sctx, launching{timeout: p.flightTimeout, inline: ctx.Done() == nil, first: first}, func(fctx context.Context) {
+	if !p.bg.Launch(sctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil, First: first}, func(fctx context.Context) {
 		p.group.End(key, f, f.Outcome(), p.fetchLoad(fctx, key, load, f.Outcome(), &pd))
 	}) { // closing: Close waits for loads, so none may start
 		p.releaseLook(sctx, key, &pd.lk)
@@ -195,7 +195,7 @@ func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load Lo
 	}
 	// The shared load outlives the caller, who may leave: others may have
 	// joined it.
-	if !p.launch(ctx, launching{timeout: p.flightTimeout, inline: ctx.Done() == nil}, func(fctx context.Context) {
+	if !p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil}, func(fctx context.Context) {
 		deliver(p.fetchMany(fctx, ours, load))
 	}) {
 		outs := make(map[string]*keyOut[V], len(ours))
@@ -204,96 +204,6 @@ func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load Lo
 		}
 		deliver(outs)
 	}
-}
-
-// launching says how launch runs a piece of background work: the
-// differences between its callers (a shared load, a refresh, a release).
-type launching struct {
-	// timeout is the work's own deadline, from its launch.
-	timeout time.Duration
-	// inline runs the work on the caller's goroutine, which waits for it:
-	// for a caller whose context cannot end, which never leaves early.
-	inline bool
-	// anyway runs the work even once the pipeline is closing, at once on
-	// the caller's goroutine and uncounted: a release, which must not be
-	// left behind.
-	anyway bool
-	// first runs on the caller's goroutine, on the work's context, before
-	// the work starts: a lease's watchdog, which must not wait for the
-	// work's goroutine to be scheduled.
-	first func(context.Context)
-}
-
-// launch runs fn as background work: on ctx's values (its span) without
-// its cancellation, so that it outlives a caller who leaves, under a
-// deadline of its own, on a goroutine of its own, counted in p.bg: Close
-// waits for it. It is the only place that starts background work. (A
-// caller that runs a load on its own goroutine and context, fetchAlone or
-// missMany, counts it in p.bg itself.) Once the pipeline is closing it
-// runs nothing and returns false, unless how.anyway.
-func (p *Pipeline[V]) launch(ctx context.Context, how launching, fn func(context.Context)) bool {
-	counted := p.bg.add()
-	if !counted && !how.anyway {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), how.timeout)
-	if how.first != nil {
-		how.first(ctx)
-	}
-	run := func() {
-		defer cancel()
-		// No caller is left to hear a panic of background work (a
-		// backend's, in a release): it is logged, and the process goes
-		// on. The stages recover their own users' panics before this.
-		defer func() {
-			if v := recover(); v != nil {
-				p.logs.panicked(ctx, panicked("pipeline", v))
-			}
-		}()
-		fn(ctx)
-	}
-	if how.inline || !counted {
-		if counted {
-			defer p.bg.done()
-		}
-		run()
-		return true
-	}
-	go func() {
-		defer p.bg.done()
-		run()
-	}()
-	return true
-}
-
-// tasks counts a pipeline's background work (shared loads, refreshes,
-// releases) so that Close can wait for it. Unlike a bare WaitGroup, it
-// refuses new work once closing has begun, so Add never races with Wait.
-type tasks struct {
-	mu     sync.Mutex // guards closed, and orders add against close
-	closed bool
-	wg     sync.WaitGroup
-}
-
-// add counts one task; it returns false once close has begun.
-func (t *tasks) add() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.wg.Add(1)
-	return true
-}
-
-func (t *tasks) done() { t.wg.Done() }
-
-// close refuses new tasks and waits for the running ones.
-func (t *tasks) close() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-	t.wg.Wait()
 }
 
 // outcome is what a shared load hands every caller that joined it.

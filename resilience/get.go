@@ -3,9 +3,9 @@
 //	get.go       Get, GetResult: the checks, the L1 lookup, the call and its
 //	             end (a batch's too), a miss, the call's counts
 //	refresh.go   early refresh of a hot key, background refresh, Refresh
-//	flight.go    the local single-flight: join a key's load, or lead it; the
-//	             one launch of background work; what a shared load hands
-//	             its callers
+//	flight.go    the local single-flight: join a key's load, or lead it,
+//	             handing the load to background work (internal/bg); what a
+//	             shared load hands its callers
 //	fetch.go     the leader's look (L1 again, then L2 through the seam), then
 //	             the rest; the L1 fill and its write generations; the fences;
 //	             the one recoverer of panics
@@ -51,7 +51,8 @@
 //
 // The mechanisms that are not stages live in internal packages of their
 // own: internal/coord (the seam), internal/loadcall (the loader's
-// call), internal/wait (the one wait loop for the keys others hold, and
+// call), internal/bg (the one launch of background work, and its count
+// that Close waits for), internal/wait (the one wait loop for the keys others hold, and
 // the fan-in of a batch's keys' announcements that it hears),
 // internal/stripe (the striped count of stats.go's L1 hits), internal/flight (the group of flights
 // that the single-flight stage leads and joins), internal/redisbatch (the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -256,5 +257,5 @@ func (p *Pipeline[V]) releaseMany(ctx context.Context, leases []*backend.Lease) 
 // ctx's values without its cancellation, under releaseTimeout; when the
 // pipeline is closing, at once.
 func (p *Pipeline[V]) background(ctx context.Context, fn func(context.Context)) {
-	p.launch(ctx, launching{timeout: releaseTimeout, anyway: true}, fn)
+	p.bg.Launch(ctx, bg.How{Timeout: releaseTimeout, Anyway: true}, fn)
 }

@@ -145,11 +145,11 @@ type manyCall[V any] struct {
 func (p *Pipeline[V]) missMany(ctx context.Context, b *manyCall[V], misses []string, stale map[string]rcache.Entry[V], load LoadManyFunc[V]) {
 	// The loads run on the caller's goroutine, or are launched (see
 	// joinFlightMany); Close waits for this call too.
-	if !p.bg.add() {
+	if !p.bg.Add() {
 		b.failRest(misses, ErrClosed)
 		return
 	}
-	defer p.bg.done()
+	defer p.bg.Done()
 	// Buffered for every key: nobody ever blocks on it, even once this
 	// call has left.
 	answers := make(chan answer[V], len(misses))

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -31,7 +32,7 @@ func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFun
 	}
 	// A refresh serves no caller: it keeps the caller's values (its span)
 	// but not its cancellation.
-	launched := p.launch(ctx, launching{timeout: p.flightTimeout}, func(fctx context.Context) {
+	launched := p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout}, func(fctx context.Context) {
 		defer p.refreshing.Delete(key)
 		// The refresh's span is a child of the call that started it, in
 		// the same trace; it may end after that call's span.
@@ -83,7 +84,7 @@ func (p *Pipeline[V]) Refresh(ctx context.Context, key string, load LoadFunc[V])
 	ch := make(chan res, 1) // buffered: a caller that left never blocks the load
 	// The shared load keeps the first caller's values (its span) but not
 	// its cancellation.
-	if !p.launch(ctx, launching{timeout: p.flightTimeout}, func(fctx context.Context) {
+	if !p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout}, func(fctx context.Context) {
 		o, err, _ := p.writes.refreshes.Do(key, func() (any, error) {
 			o := &outcome[V]{refresh: true, after: after}
 			return o, p.fetchInto(fctx, key, load, o)
