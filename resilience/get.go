@@ -52,10 +52,11 @@
 // The mechanisms that are not stages live in internal packages of their
 // own: internal/coord (the seam), internal/loadcall (the loader's
 // call), internal/bg (the one launch of background work, and its count
-// that Close waits for), internal/wait (the one wait loop for the keys others hold, and
-// the fan-in of a batch's keys' announcements that it hears),
-// internal/stripe (the striped count of stats.go's L1 hits), internal/flight (the group of flights
-// that the single-flight stage leads and joins), internal/redisbatch (the
+// that Close waits for), internal/wait (the one wait loop for the keys
+// others hold, and the fan-in of a batch's keys' announcements that it
+// hears), internal/stripe (the striped count of stats.go's L1 hits),
+// internal/flight (the group of flights that the single-flight stage
+// leads and joins), internal/redisbatch (the
 // Redis commands of a moment sent in batches), internal/slotreload (a
 // Cluster client's slot map reloaded when Redis operations fail),
 // internal/presence (whether the looks of late found their value) and
