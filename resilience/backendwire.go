@@ -7,67 +7,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/herdguard/herdguard/backend"
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/coord"
-	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rcache/remote"
 )
-
-// l2Store is the shared cache (L2) as the pipeline uses it: a
-// *rcache.Redis, or a backend's store (backendL2). The Redis fast paths
-// (the look that also tries the lock, the batched looks and releases)
-// go to the Redis lock itself, in internal/coord's Redis adapter, which
-// reads what it returns with Decode.
-type l2Store[V any] interface {
-	Get(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error)
-	Decode(key string, raw []byte) (rcache.Entry[V], cache.Freshness)
-	Set(ctx context.Context, key string, e rcache.Entry[V]) (bool, error)
-	// Commit writes under the lock's token, releases the lock and wakes
-	// its waiters, in one step.
-	Commit(ctx context.Context, key string, e rcache.Entry[V], token string) (bool, error)
-	GetMany(ctx context.Context, keys []string) ([]rcache.Got[V], error)
-	SetMany(ctx context.Context, writes []rcache.Write[V]) ([]rcache.Written, error)
-	// Write and Invalidate are Set's and Invalidate's: fenced above every
-	// grant and write so far, and announced with o.Origin.
-	Write(ctx context.Context, key string, e rcache.Entry[V], o rcache.WriteOptions) (int64, error)
-	Invalidate(ctx context.Context, key string, o rcache.WriteOptions) (int64, error)
-	// Corrupted counts the reads that found bytes that did not decode.
-	Corrupted() uint64
-}
-
-var _ l2Store[int] = (*rcache.Redis[int])(nil)
-
-// backendL2 is a backend's store as the pipeline's L2: remote.Remote, with
-// Set's and Invalidate's announcements made through the backend.
-type backendL2[V any] struct {
-	*remote.Remote[V]
-	shared backend.Shared
-}
-
-// Write stores e at a fence of its own, then announces it.
-func (b backendL2[V]) Write(ctx context.Context, key string, e rcache.Entry[V], o rcache.WriteOptions) (int64, error) {
-	f, err := b.Remote.Write(ctx, key, e)
-	if err != nil {
-		return 0, err
-	}
-	if err := b.shared.Announce(ctx, key, o.Origin); err != nil {
-		return f, fmt.Errorf("resilience: announce a write: %w", err)
-	}
-	return f, nil
-}
-
-// Invalidate stores a tombstone that revokes key's lock, then announces
-// it.
-func (b backendL2[V]) Invalidate(ctx context.Context, key string, o rcache.WriteOptions) (int64, error) {
-	f, err := b.Remote.Invalidate(ctx, key, o.Hold)
-	if err != nil {
-		return 0, err
-	}
-	if err := b.shared.Announce(ctx, key, o.Origin); err != nil {
-		return f, fmt.Errorf("resilience: announce an invalidation: %w", err)
-	}
-	return f, nil
-}
 
 // wireBackend opens the pipeline's view of its Backend and makes it the
 // L2, the notifier, and with Lock the lock, behind the guard (breaker and
@@ -97,7 +39,7 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 		_ = sh.Close()
 		return &ConfigError{Pipeline: c.name, Field: "Backend", Problem: err.Error()}
 	}
-	p.l2 = backendL2[V]{Remote: rs, shared: sh}
+	p.l2 = remote.NewAnnounced(rs, sh)
 	p.notifier = sh
 	if c.lockOn {
 		p.locker = sh

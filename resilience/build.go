@@ -281,8 +281,8 @@ type Pipeline[V any] struct {
 	keyStages bool
 
 	l1         *rcache.Memory[V]
-	l2         l2Store[V]   // *rcache.Redis or a backend's; nil without either
-	redisGuard *coord.Guard // Redis's or the backend's breaker and timeout; nil without either
+	l2         rcache.Store[V] // *rcache.Redis or a backend's; nil without either
+	redisGuard *coord.Guard    // Redis's or the backend's breaker and timeout; nil without either
 	group      *flightGroup[V]
 
 	locker   lock.Locker

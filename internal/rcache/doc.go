@@ -4,7 +4,8 @@
 // lock-holder commits, announced writes and invalidations, and batch reads
 // and writes; and the [Coder] that lays an entry out as bytes (codec,
 // envelope, seal) for Redis and for the store over other backends
-// (package remote).
+// (package remote). [Store] is the shared store as the pipeline uses it,
+// whichever of the two it is.
 //
 // Package cache re-exports the value types ([Entry], [Freshness], [Codec])
 // and the errors, and offers thin public caches over [Memory] and [Redis];

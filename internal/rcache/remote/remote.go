@@ -1,6 +1,7 @@
 // Package remote is the pipeline's shared (L2) store over a backend other
 // than Redis: [Remote], rcache's encoding, envelope and sealing over a
-// backend.Store's fenced writes.
+// backend.Store's fenced writes, and [Announced], a Remote whose writes
+// and invalidations the backend announces, as the pipeline's L2.
 package remote
 
 import (
@@ -164,7 +165,7 @@ func (r *Remote[V]) SetMany(ctx context.Context, writes []rcache.Write[V]) ([]rc
 // of key so far ([backend.Store.NextFence]), so that neither a holder that loaded
 // before it nor an unlocked load overwrites it, and returns that fence.
 // e.Fence is ignored. The lock is left to its holder. Unlike rcache.Redis.Write
-// it announces nothing: the caller does.
+// it announces nothing: [Announced.Write] does.
 func (r *Remote[V]) Write(ctx context.Context, key string, e rcache.Entry[V]) (fence int64, err error) {
 	if _, _, _, err := r.Encode("write", key, e, 0); err != nil {
 		return 0, err // before a fence is spent
@@ -186,7 +187,8 @@ func (r *Remote[V]) Write(ctx context.Context, key string, e rcache.Entry[V]) (f
 // lock grant and write so far that readers see as a miss, for hold, and
 // revokes key's lock so that a holder still loading writes nothing back
 // ([backend.Store.NextFence] with revoke). It returns the tombstone's fence.
-// Unlike rcache.Redis.Invalidate it announces nothing: the caller does.
+// Unlike rcache.Redis.Invalidate it announces nothing:
+// [Announced.Invalidate] does.
 func (r *Remote[V]) Invalidate(ctx context.Context, key string, hold time.Duration) (fence int64, err error) {
 	if hold <= 0 {
 		return 0, errors.New("cache: invalidate: hold must be positive")
