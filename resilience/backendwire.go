@@ -45,7 +45,7 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 		p.locker = sh
 	}
 	d := p.deps()
-	d.Check = p.checkBackend(sh)
+	d.Check = coord.CheckBackend(sh)
 	p.co = coord.NewBackend(d, sh)
 	p.writes.origin = newOrigin()
 	stop := sh.Watch(func(key, origin string) {

@@ -4,19 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/aclcheck"
+	"github.com/herdguard/herdguard/internal/coord"
 )
-
-// checkTarget is what [Pipeline.Check] needs to know of the pipeline's
-// Redis: the client, where its keys live, and whether it locks.
-type checkTarget struct {
-	client redis.UniversalClient
-	prefix string
-	lock   bool
-}
 
 // CheckError is what [Pipeline.Check] found wrong with the pipeline's
 // Redis or [backend.Backend]. It never names a key.
@@ -52,16 +42,7 @@ func (e *CheckError) Error() string {
 func (e *CheckError) Unwrap() error { return e.Err }
 
 // redisName is CheckError.Backend for Redis.
-const redisName = "Redis"
-
-// backendName is what a [backend.Backend]'s view is called in a [*CheckError]:
-// its System name, or "backend".
-func backendName(sh backend.Shared) string {
-	if s, ok := sh.(interface{ System() string }); ok && s.System() != "" {
-		return s.System()
-	}
-	return "backend"
-}
+const redisName = coord.RedisName
 
 // Check verifies, for start-up, that the pipeline can use its Redis: the
 // server answers, it accepts the client's credentials, and its ACL lets
@@ -88,27 +69,10 @@ func (p *Pipeline[V]) Check(ctx context.Context) error {
 	if p.co == nil {
 		return nil
 	}
-	return p.co.Check(ctx)
-}
-
-// checkRedis is Check with Redis: the ACL probes of package
-// internal/aclcheck.
-func (p *Pipeline[V]) checkRedis(ctx context.Context, t checkTarget) error {
-	if f := aclcheck.Run(ctx, t.client, t.prefix, p.name, t.lock); f != nil {
-		return &CheckError{Pipeline: p.name, Backend: redisName, Problem: f.Problem, Err: f.Err, Missing: f.Missing}
+	if f := p.co.Check(ctx); f != nil {
+		return &CheckError{Pipeline: p.name, Backend: f.Backend, Problem: f.Problem, Err: f.Err, Missing: f.Missing}
 	}
 	return nil
-}
-
-// checkBackend is Check with a backend: its Ping, since a backend checks
-// itself.
-func (p *Pipeline[V]) checkBackend(sh backend.Shared) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if err := sh.Ping(ctx); err != nil {
-			return &CheckError{Pipeline: p.name, Backend: backendName(sh), Problem: "the backend does not answer", Err: err}
-		}
-		return nil
-	}
 }
 
 // isDenied reports whether err is Redis refusing the client's credentials

@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"context"
 	"reflect"
 	"time"
 
@@ -69,9 +68,8 @@ func (p *Pipeline[V]) wireRedis(c config[V]) error {
 		p.locker, rl = lk, lk
 		p.closers = append(p.closers, func() error { lk.Wait(); return nil })
 	}
-	t := checkTarget{client: c.redis, prefix: o.Prefix, lock: c.lockOn}
 	d := p.deps()
-	d.Check = func(ctx context.Context) error { return p.checkRedis(ctx, t) }
+	d.Check = coord.CheckRedis(c.redis, o.Prefix, c.name, c.lockOn)
 	p.co = coord.NewRedis(d, n, rl)
 	return nil
 }

@@ -264,7 +264,7 @@ func (c *backendCoord[V]) Subscribed() bool {
 }
 
 // Check is the backend's Ping (d.Check): a backend checks itself.
-func (c *backendCoord[V]) Check(ctx context.Context) error { return c.d.Check(ctx) }
+func (c *backendCoord[V]) Check(ctx context.Context) *Finding { return c.d.Check(ctx) }
 
 func (c *backendCoord[V]) L2Attrs(_, backendOp string, more ...attribute.KeyValue) []attribute.KeyValue {
 	as := append(append([]attribute.KeyValue(nil), c.system...), telemetry.DBOperationName.String(backendOp))

@@ -73,8 +73,9 @@ type Coord[V any] interface {
 	// Subscribed reports whether the announcements are heard now, for
 	// Health.
 	Subscribed() bool
-	// Check is Pipeline.Check for this service.
-	Check(ctx context.Context) error
+	// Check is Pipeline.Check for this service: what it found wrong, or
+	// nil.
+	Check(ctx context.Context) *Finding
 	// L2Attrs is the attributes of an L2 client span: the service's
 	// db.system.name and the operation, Redis's command or a backend's
 	// method.
@@ -106,9 +107,10 @@ type Deps[V any] struct {
 	// records a per-key data problem in L2, treated as a miss.
 	FailOpen func(ctx context.Context, sp trace.Span, op string, err error)
 	Corrupt  func(ctx context.Context, sp trace.Span, err error)
-	// Check is Pipeline.Check for the service; nil for the embedded
-	// default, which has nothing to check.
-	Check func(ctx context.Context) error
+	// Check is Pipeline.Check for the service (CheckRedis's, or
+	// CheckBackend's); nil for the embedded default, which has nothing to
+	// check.
+	Check func(ctx context.Context) *Finding
 	// Panicked is what a panic recovered on a goroutine of a look goes on
 	// as, panicked again in the caller's goroutine.
 	Panicked func(v any) any

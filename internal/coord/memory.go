@@ -76,7 +76,7 @@ func (c *memoryCoord[V]) Subscribe(key string, mark uint64) (<-chan struct{}, fu
 
 func (c *memoryCoord[V]) Subscribed() bool { return false }
 
-func (c *memoryCoord[V]) Check(context.Context) error { return nil }
+func (c *memoryCoord[V]) Check(context.Context) *Finding { return nil }
 
 func (c *memoryCoord[V]) L2Attrs(string, string, ...attribute.KeyValue) []attribute.KeyValue {
 	return nil

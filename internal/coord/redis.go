@@ -215,7 +215,7 @@ func (c *redisCoord[V]) Subscribe(key string, mark uint64) (<-chan struct{}, fun
 
 func (c *redisCoord[V]) Subscribed() bool { return c.n.Subscribed() }
 
-func (c *redisCoord[V]) Check(ctx context.Context) error { return c.d.Check(ctx) }
+func (c *redisCoord[V]) Check(ctx context.Context) *Finding { return c.d.Check(ctx) }
 
 func (c *redisCoord[V]) L2Attrs(redisOp, _ string, more ...attribute.KeyValue) []attribute.KeyValue {
 	return append([]attribute.KeyValue{telemetry.DBSystemRedis, telemetry.DBOperationName.String(redisOp)}, more...)
