@@ -218,20 +218,18 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	return p, nil
 }
 
-// deps is what the seam's adapters need of p (see coord.Deps), but
-// Check, which each service has its own: built once L2, the guard and
-// the lock are.
+// deps is what the seam's adapters need of p (see coord.Deps): its
+// telemetry, its lock and lease, and the steps of its stages. The lock is
+// the embedded default's; the wiring of Redis or a backend
+// (coord.WireRedis, coord.WireBackend) adds its own lock, with the
+// guard, L2 and Check that it builds.
 func (p *Pipeline[V]) deps() coord.Deps[V] {
-	d := coord.Deps[V]{
-		Tel: p.tel, Guard: p.redisGuard, Locker: p.locker, Lease: p.lockCfg.Lease,
+	return coord.Deps[V]{
+		Tel: p.tel, Locker: p.locker, Lease: p.lockCfg.Lease,
 		Read: p.l2Get, Release: p.release, ReleaseMany: p.releaseMany,
 		FailOpen: p.failOpen, Corrupt: p.corrupt,
 		Panicked: func(v any) any { return panicked("pipeline", v) },
 	}
-	if p.l2 != nil {
-		d.Store = p.l2
-	}
-	return d
 }
 
 // l1Read is the embedded default's read: L1, where the values that

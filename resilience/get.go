@@ -25,10 +25,12 @@
 // look that also tries the lock, the commit, releases, extensions and
 // announcements. Its adapters are internal/coord's redis.go (Redis),
 // backend.go (any Backend) and memory.go (the embedded default); beside
-// them sit guard.go (the Redis breaker's guard and the classifier of
-// Redis errors) and watchdog.go (the one watchdog, for one lease or a
-// batch's). build.go hands an adapter what it needs of the pipeline
-// (coord.Deps) when it builds it.
+// them sit wire.go (the building of the Redis cache, notifier and lock,
+// or of a backend's view and store, with the guard and the adapter over
+// them), check.go (Check's probes), guard.go (the Redis breaker's guard
+// and the classifier of Redis errors) and watchdog.go (the one watchdog,
+// for one lease or a batch's). build.go hands an adapter what it needs
+// of the pipeline (coord.Deps) when it builds it.
 //
 // The loader's call is package internal/loadcall: loadcall.go (an
 // attempt behind the breaker and the timeout, its recovered panic, span
@@ -39,12 +41,13 @@
 // settling of each key) takes the same files: each stage's batch form
 // sits beside its single-key form.
 //
-// Around them: redisguard.go (Redis's wiring: the breaker, the seam, the
-// subscription's hooks), backend.go and backendwire.go (a Backend in
-// place of Redis, its wiring), builder.go, settings.go and build.go
-// (Builder, the settings and their defaults, Build, the Pipeline and its
-// Close), do.go (Do), write.go (Set, Invalidate), fence.go (Fence),
-// peek.go, stats.go, health.go, logs.go.
+// Around them: wire.go (the wiring of Redis or a Backend, through
+// internal/coord: the defaults, the breaker, the hooks that keep L1
+// coherent), backend.go (BackendOptions), check.go (Check and its
+// error), builder.go, settings.go and build.go (Builder, the settings
+// and their defaults, Build, the Pipeline and its Close), do.go (Do),
+// write.go (Set, Invalidate), fence.go (Fence), peek.go, stats.go,
+// health.go, logs.go.
 //
 // `go run scripts/coldpath.go` lists the files a cold Get with Redis and
 // Lock runs, measured by coverage.
@@ -60,7 +63,8 @@
 // Redis commands of a moment sent in batches), internal/slotreload (a
 // Cluster client's slot map reloaded when Redis operations fail),
 // internal/presence (whether the looks of late found their value) and
-// internal/aclcheck (what check.go's Check asks Redis's ACL).
+// internal/aclcheck (what Check asks Redis's ACL, from internal/coord's
+// check.go).
 
 package resilience
 

@@ -41,10 +41,10 @@ type checkTarget struct {
 	lock      bool
 }
 
-// CheckRedis is Check with Redis: the ACL probes of package
+// checkRedis is Check with Redis: the ACL probes of package
 // internal/aclcheck, for the user of client, on the keys of namespace
 // under prefix, and with lock, on what the lock sends too.
-func CheckRedis(client redis.UniversalClient, prefix, namespace string, lock bool) func(context.Context) *Finding {
+func checkRedis(client redis.UniversalClient, prefix, namespace string, lock bool) func(context.Context) *Finding {
 	return checkTarget{client: client, prefix: prefix, namespace: namespace, lock: lock}.check
 }
 
@@ -55,9 +55,9 @@ func (t checkTarget) check(ctx context.Context) *Finding {
 	return nil
 }
 
-// CheckBackend is Check with a backend: its Ping, since a backend checks
+// checkBackend is Check with a backend: its Ping, since a backend checks
 // itself.
-func CheckBackend(sh backend.Shared) func(context.Context) *Finding {
+func checkBackend(sh backend.Shared) func(context.Context) *Finding {
 	return func(ctx context.Context) *Finding {
 		if err := sh.Ping(ctx); err != nil {
 			return &Finding{Backend: backendName(sh), Problem: "the backend does not answer", Err: err}

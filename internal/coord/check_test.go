@@ -22,24 +22,24 @@ import (
 func TestCheckRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := redistest.Context(t, 30*time.Second)
-	if f := CheckRedis(srv.Client(), "hg:", "chk", true)(ctx); f != nil {
+	if f := checkRedis(srv.Client(), "hg:", "chk", true)(ctx); f != nil {
 		t.Fatalf("the default user: %+v, want nil", f)
 	}
 	if err := srv.Client().Do(ctx, "ACL", "SETUSER", "nopub", "reset", "on", ">pw", "~*", "&*", "+@all", "-publish").Err(); err != nil {
 		t.Fatal(err)
 	}
 	nopub := srv.Client(func(o *redis.Options) { o.Username, o.Password, o.MaxRetries = "nopub", "pw", -1 })
-	if f := CheckRedis(nopub, "hg:", "chk", false)(ctx); f != nil {
+	if f := checkRedis(nopub, "hg:", "chk", false)(ctx); f != nil {
 		t.Fatalf("no PUBLISH, no lock: %+v, want nil", f)
 	}
-	f := CheckRedis(nopub, "hg:", "chk", true)(ctx)
+	f := checkRedis(nopub, "hg:", "chk", true)(ctx)
 	if want := []string{"PUBLISH on the announcement channel"}; f == nil || f.Backend != RedisName || !slices.Equal(f.Missing, want) {
 		t.Fatalf("no PUBLISH, with the lock: %+v, want Redis and missing %q", f, want)
 	}
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	f = CheckRedis(nopub, "hg:", "chk", false)(ctx)
+	f = checkRedis(nopub, "hg:", "chk", false)(ctx)
 	if f == nil || f.Backend != RedisName || !strings.Contains(f.Problem, "does not answer") || f.Err == nil {
 		t.Fatalf("Redis down: %+v, want Redis, does not answer, and the client's error", f)
 	}
@@ -66,7 +66,7 @@ func TestCheckBackend(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			check := CheckBackend(tc.view(v))
+			check := checkBackend(tc.view(v))
 			ctx := context.Background()
 			if f := check(ctx); f != nil {
 				t.Fatalf("a view that answers: %+v, want nil", f)

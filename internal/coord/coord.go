@@ -1,7 +1,9 @@
 // Package coord is the pipeline's coordination seam: what the stages of
 // package resilience ask of the service that the processes of a pipeline
 // share, whichever it is, with its three adapters (Redis, any
-// [backend.Shared], and the embedded default of one process), the guard
+// [backend.Shared], and the embedded default of one process), the wiring
+// that builds the Redis and backend adapters and what they sit on
+// ([WireRedis], [WireBackend]), the probes of Pipeline.Check, the guard
 // around the service's operations, and the watchdog that keeps a lease
 // alive while its holder loads.
 package coord
@@ -87,6 +89,8 @@ type Coord[V any] interface {
 // Deps is what an adapter needs of the pipeline it serves, given when the
 // adapter is built: the pipeline's telemetry, guard, store, lock and
 // lease, and the steps of its stages that an adapter's looks take.
+// [WireRedis] and [WireBackend] fill in the guard, the store, the lock
+// and Check, which they build.
 type Deps[V any] struct {
 	Tel   *obs.Telemetry
 	Guard *Guard   // Redis's or the backend's breaker and timeout; nil without either
@@ -107,9 +111,9 @@ type Deps[V any] struct {
 	// records a per-key data problem in L2, treated as a miss.
 	FailOpen func(ctx context.Context, sp trace.Span, op string, err error)
 	Corrupt  func(ctx context.Context, sp trace.Span, err error)
-	// Check is Pipeline.Check for the service (CheckRedis's, or
-	// CheckBackend's); nil for the embedded default, which has nothing to
-	// check.
+	// Check is Pipeline.Check for the service (check.go: the ACL probes,
+	// or the backend's Ping); nil for the embedded default, which has
+	// nothing to check.
 	Check func(ctx context.Context) *Finding
 	// Panicked is what a panic recovered on a goroutine of a look goes on
 	// as, panicked again in the caller's goroutine.
