@@ -66,9 +66,9 @@ type Hooks struct {
 type Wired[V any] struct {
 	Guard    *Guard          // the service's breaker and timeout
 	L2       rcache.Store[V] // the shared cache
-	Notifier lock.Notifier
-	Locker   lock.Locker // nil without Lock
-	Coord    Coord[V]    // the seam over the service
+	Notifier lock.Notifier   // the wake-ups of the waiters of a key
+	Locker   lock.Locker     // nil without Lock
+	Coord    Coord[V]        // the seam over the service
 	// Closers stop, in order, what the wiring started; the pipeline's
 	// Close runs them.
 	Closers []func() error
