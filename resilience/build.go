@@ -13,6 +13,7 @@ import (
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/coord"
+	"github.com/herdguard/herdguard/internal/evlog"
 	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
@@ -157,9 +158,12 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		return nil, err
 	}
 	p.tel, p.lc.Tel = tel, tel
-	p.logs = logs{l: c.logger, pipeline: c.name}
+	p.logs = evlog.Log{Logger: c.logger, Pipeline: c.name}
 	// No caller is left to hear a panic of background work: it is logged.
-	p.bg.Panicked = func(ctx context.Context, v any) { p.logs.panicked(ctx, panicked("pipeline", v)) }
+	p.bg.Panicked = func(ctx context.Context, v any) {
+		pe := panicked("pipeline", v)
+		p.logs.Panicked(ctx, pe.Value, pe.Stack)
+	}
 	if c.retryOn {
 		r := loadcall.Retry(c.retry).WithDefaults()
 		p.lc.Retry = &r
@@ -294,7 +298,7 @@ type Pipeline[V any] struct {
 	lc   loadcall.Caller // the loader call: its breaker, retry and timeout
 	fb   fallback.Chain[V]
 	tel  *obs.Telemetry
-	logs logs
+	logs evlog.Log
 
 	ttl, l1TTL, negTTL, grace time.Duration
 	jitter                    float64

@@ -47,7 +47,7 @@
 // error), builder.go, settings.go and build.go (Builder, the settings
 // and their defaults, Build, the Pipeline and its Close), do.go (Do),
 // write.go (Set, Invalidate), fence.go (Fence), peek.go, stats.go,
-// health.go, logs.go.
+// health.go.
 //
 // `go run scripts/coldpath.go` lists the files a cold Get with Redis and
 // Lock runs, measured by coverage.
@@ -62,9 +62,11 @@
 // leads and joins), internal/redisbatch (the
 // Redis commands of a moment sent in batches), internal/slotreload (a
 // Cluster client's slot map reloaded when Redis operations fail),
-// internal/presence (whether the looks of late found their value) and
+// internal/presence (whether the looks of late found their value),
 // internal/aclcheck (what Check asks Redis's ACL, from internal/coord's
-// check.go).
+// check.go) and internal/evlog (the notable events written to the
+// user's logger: each breaker transition, the others at most once a
+// minute of each kind).
 
 package resilience
 

@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 
 	"go.opentelemetry.io/otel/codes"
@@ -59,7 +58,7 @@ func (p *Pipeline[V]) corrupt(ctx context.Context, sp trace.Span, err error) {
 	if p.tel.Metering() {
 		p.tel.Corrupt(ctx, "l2")
 	}
-	p.logs.corruptEntry(ctx)
+	p.logs.CorruptEntry(ctx)
 }
 
 // failOpen records that a call went on without Redis.
@@ -78,7 +77,7 @@ func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, er
 	if p.tel.Metering() {
 		p.tel.FailOpen(ctx, op+":"+why)
 	}
-	p.logs.failedOpen(ctx, op, why, err)
+	p.logs.FailedOpen(ctx, op, why, err)
 }
 
 // store writes a loaded entry to L2 and L1. Under a grant, the write goes
@@ -144,7 +143,7 @@ func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
 	if p.tel.Metering() {
 		p.tel.FailOpen(ctx, "l2_set:lease_lost")
 	}
-	p.logs.lostLease(ctx)
+	p.logs.LostLease(ctx)
 }
 
 // decryptFailed records an L2 entry that did not decrypt, and reports
@@ -161,8 +160,7 @@ func (p *Pipeline[V]) decryptFailed(err error) bool {
 	if p.tel.Metering() {
 		p.tel.DecryptFailed(ctx, "l2")
 	}
-	p.logs.episode(ctx, &p.logs.corrupt, slog.LevelWarn, "herdguard: a value in Redis did not decrypt; treated as a miss",
-		"reason", strings.TrimPrefix(err.Error(), keyring.ErrDecrypt.Error()+": "))
+	p.logs.DecryptFailed(ctx, strings.TrimPrefix(err.Error(), keyring.ErrDecrypt.Error()+": "))
 	return true
 }
 

@@ -32,7 +32,7 @@ func keyErrors(err error) (map[string]error, bool) {
 // user's callbacks, then a metric. Breakers call it outside their locks.
 func (p *Pipeline[V]) breakerObserver(own, all func(string, breaker.State, breaker.State)) func(string, breaker.State, breaker.State) {
 	return func(name string, from, to breaker.State) {
-		p.logs.breakerChange(name, from, to)
+		p.logs.BreakerChange(name, from, to)
 		for _, fn := range [...]func(string, breaker.State, breaker.State){own, all} {
 			if fn != nil {
 				// A panic there must not take down the call that
