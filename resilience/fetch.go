@@ -3,10 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
-	"hash/maphash"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -76,7 +73,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 	}()
 	// Writes (Set, Invalidate) from now on keep this load's value out of
 	// L1.
-	o.gen = p.writes.gens.stamp()
+	o.gen = p.writes.gens.Stamp()
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		o.leadSpan = sc
 	}
@@ -206,7 +203,7 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 	for _, k := range keys {
 		// Writes (Set, Invalidate) from now on keep this load's value
 		// out of L1.
-		outs[k] = &keyOut[V]{o: &outcome[V]{gen: p.writes.gens.stamp()}}
+		outs[k] = &keyOut[V]{o: &outcome[V]{gen: p.writes.gens.Stamp()}}
 	}
 	// Not recoverPanic: the panic is the error of every key not yet
 	// answered, not one return value.
@@ -290,51 +287,7 @@ func (p *Pipeline[V]) fillL1(key string, e rcache.Entry[V], o *outcome[V]) {
 // fillIfCurrent puts e in L1 unless key was written or dropped since the
 // load that produced it began (stamp).
 func (p *Pipeline[V]) fillIfCurrent(key string, e rcache.Entry[V], stamp uint64) {
-	p.writes.gens.fill(key, stamp, func() { p.l1.Set(key, e) })
-}
-
-// genSlots is how many write generations a pipeline keeps. Keys share
-// them by hash: a write to one key also stops, at worst, the L1 fill of a
-// load of another key in flight at that moment, which then reads L2 next
-// time.
-const genSlots = 1024
-
-var genSeed = maphash.MakeSeed()
-
-// gens orders L1 fills against writes: a load takes a stamp when it
-// begins, and its fill is skipped if a write (Set, Invalidate, a drop
-// heard from another process) touched the key's slot, or every key,
-// after that. The check and the fill happen under the slot's mutex, as do
-// a write and its own L1 change, so neither can slip between the other's
-// steps.
-type gens struct {
-	seq   atomic.Uint64
-	slots [genSlots]genSlot
-	// all is seq at the last write to every key; written with every
-	// slot's mutex held, read with one.
-	all uint64
-}
-
-type genSlot struct {
-	mu   sync.Mutex
-	last uint64 // seq at the slot's last write
-}
-
-// stamp is taken when a load begins.
-func (g *gens) stamp() uint64 { return g.seq.Load() }
-
-func (g *gens) slot(key string) *genSlot {
-	return &g.slots[maphash.String(genSeed, key)%genSlots]
-}
-
-// fill runs fn (an L1 fill) unless key was written since stamp.
-func (g *gens) fill(key string, stamp uint64, fn func()) {
-	s := g.slot(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last <= stamp && g.all <= stamp {
-		fn()
-	}
+	p.writes.gens.Fill(key, stamp, func() { p.l1.Set(key, e) })
 }
 
 // recoverPanic, deferred, turns a panic of the named stage into a

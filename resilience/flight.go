@@ -218,7 +218,7 @@ type outcome[V any] struct {
 	refresh bool
 	after   time.Time
 	// gen is the write generation when the load began: its L1 fill is
-	// skipped if key was written or dropped since (gens, in fetch.go).
+	// skipped if key was written or dropped since (internal/gens).
 	gen uint64
 }
 

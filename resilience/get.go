@@ -7,8 +7,8 @@
 //	             handing the load to background work (internal/bg); what a
 //	             shared load hands its callers
 //	fetch.go     the leader's look (L1 again, then L2 through the seam), then
-//	             the rest; the L1 fill and its write generations; the fences;
-//	             the one recoverer of panics
+//	             the rest; the L1 fill, ordered against writes by
+//	             internal/gens; the fences; the one recoverer of panics
 //	l2.go        L2 reads, the write-back (the commit under a grant)
 //	lock.go      the lock stage: the winner holds and loads; its releases
 //	wait.go      the wait for the values others hold, a key's and a batch's:
@@ -63,10 +63,11 @@
 // Redis commands of a moment sent in batches), internal/slotreload (a
 // Cluster client's slot map reloaded when Redis operations fail),
 // internal/presence (whether the looks of late found their value),
-// internal/aclcheck (what Check asks Redis's ACL, from internal/coord's
-// check.go) and internal/evlog (the notable events written to the
-// user's logger: each breaker transition, the others at most once a
-// minute of each kind).
+// internal/gens (the write generations that keep a load that began
+// before a write from filling L1 after it), internal/aclcheck (what
+// Check asks Redis's ACL, from internal/coord's check.go) and
+// internal/evlog (the notable events written to the user's logger: each
+// breaker transition, the others at most once a minute of each kind).
 
 package resilience
 

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/herdguard/herdguard/internal/coord"
+	"github.com/herdguard/herdguard/internal/gens"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/lock"
@@ -17,7 +18,7 @@ import (
 // writes is the pipeline's state for Set, Invalidate and the values it
 // hands out.
 type writes[V any] struct {
-	gens gens
+	gens gens.Table // orders L1 fills against writes
 	// origin tags this pipeline's announcements, so that it skips its own.
 	origin string
 	// clone, if set, copies each value handed to a caller.
@@ -60,7 +61,7 @@ func (p *Pipeline[V]) Set(ctx context.Context, key string, value V) error {
 		e.Fence = fence
 	}
 	p.capL1(&e)
-	p.writes.gens.write(key, func() { p.l1.Set(key, e) })
+	p.writes.gens.Write(key, func() { p.l1.Set(key, e) })
 	return nil
 }
 
@@ -156,7 +157,7 @@ func (p *Pipeline[V]) dropLocal(key string) {
 	if p.l1 == nil {
 		return
 	}
-	p.writes.gens.write(key, func() { p.l1.Delete(key) })
+	p.writes.gens.Write(key, func() { p.l1.Delete(key) })
 }
 
 // dropAllLocal empties L1 and keeps loads that began before from filling
@@ -165,7 +166,7 @@ func (p *Pipeline[V]) dropAllLocal() {
 	if p.l1 == nil {
 		return
 	}
-	p.writes.gens.writeAll(p.l1.Clear)
+	p.writes.gens.WriteAll(p.l1.Clear)
 }
 
 // newOrigin returns a random origin, to tag a pipeline's announcements.
@@ -173,27 +174,4 @@ func newOrigin() string {
 	var b [rkey.OriginLen]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return string(b[:])
-}
-
-// write runs fn (a write's own L1 change) as a write to key.
-func (g *gens) write(key string, fn func()) {
-	s := g.slot(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.last = g.seq.Add(1)
-	fn()
-}
-
-// writeAll runs fn as a write to every key.
-func (g *gens) writeAll(fn func()) {
-	for i := range g.slots {
-		g.slots[i].mu.Lock()
-	}
-	defer func() {
-		for i := range g.slots {
-			g.slots[i].mu.Unlock()
-		}
-	}()
-	g.all = g.seq.Add(1)
-	fn()
 }
