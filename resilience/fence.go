@@ -1,6 +1,10 @@
 package resilience
 
-import "context"
+import (
+	"context"
+
+	"github.com/herdguard/herdguard/internal/loadcall"
+)
 
 // Fence returns the fence of the lock grant under which the current load
 // of key runs: call it from a [LoadFunc] or [LoadManyFunc] that a
@@ -17,16 +21,5 @@ import "context"
 // failed open (Redis or the backend failing), after MaxWait, or for a key
 // of a GetMany that this process loaded without the lock.
 func Fence(ctx context.Context, key string) (fence int64, ok bool) {
-	f, _ := ctx.Value(fenceKey{}).(*loadFences)
-	if f == nil {
-		return 0, false
-	}
-	if f.many != nil {
-		fence, ok = f.many[key]
-		return fence, ok
-	}
-	if f.key == key {
-		return f.fence, true
-	}
-	return 0, false
+	return loadcall.Fence(ctx, key)
 }

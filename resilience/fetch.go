@@ -299,36 +299,3 @@ func recoverPanic(stage string, err *error) {
 		*err = panicked(stage, v)
 	}
 }
-
-// fenceKey is the context key of the fences of a locked load.
-type fenceKey struct{}
-
-// loadFences are the fences of one load: of key, or of each key of many.
-type loadFences struct {
-	key   string
-	fence int64
-	many  map[string]int64
-}
-
-// withFence is ctx for a load of key under a grant of fence.
-func withFence(ctx context.Context, key string, fence int64) context.Context {
-	return context.WithValue(ctx, fenceKey{}, &loadFences{key: key, fence: fence})
-}
-
-// withFences is ctx for a batch load: the fences of its keys under a
-// lease; none, ctx as it is.
-func withFences(ctx context.Context, items []*loadItem) context.Context {
-	var many map[string]int64
-	for _, it := range items {
-		if it.lease != nil && it.failOpen == nil {
-			if many == nil {
-				many = make(map[string]int64)
-			}
-			many[it.key] = it.lease.Fence()
-		}
-	}
-	if many == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, fenceKey{}, &loadFences{many: many})
-}

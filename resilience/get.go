@@ -8,7 +8,7 @@
 //	             shared load hands its callers
 //	fetch.go     the leader's look (L1 again, then L2 through the seam), then
 //	             the rest; the L1 fill, ordered against writes by
-//	             internal/gens; the fences; the one recoverer of panics
+//	             internal/gens; the one recoverer of panics
 //	l2.go        L2 reads, the write-back (the commit under a grant)
 //	lock.go      the lock stage: the winner holds and loads; its releases
 //	wait.go      the wait for the values others hold, a key's and a batch's:
@@ -35,9 +35,10 @@
 // The loader's call is package internal/loadcall: loadcall.go (an
 // attempt behind the breaker and the timeout, its recovered panic, span
 // and load count), retry.go (the retry loop), class.go (the one
-// classifier of what a loader returned), ttl.go (SetTTL's plumbing) and
-// many.go (a batch's call). build.go hands it what it needs of the
-// pipeline (loadcall.Caller); retry.go keeps RetrySettings. GetMany (many.go: its entry and the
+// classifier of what a loader returned), ttl.go (SetTTL's plumbing),
+// fence.go (the fences that Fence reads) and many.go (a batch's call).
+// build.go hands it what it needs of the pipeline (loadcall.Caller);
+// retry.go keeps RetrySettings. GetMany (many.go: its entry and the
 // settling of each key) takes the same files: each stage's batch form
 // sits beside its single-key form.
 //

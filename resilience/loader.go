@@ -19,7 +19,7 @@ func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFun
 	p.countLoad(ctx, g, o.res.FailedOpen)
 	lctx, ttl := loadcall.WithTTL(ctx) // for SetTTL
 	if g != nil && !o.res.FailedOpen {
-		lctx = withFence(lctx, key, g.Lease.Fence()) // for Fence
+		lctx = loadcall.WithFence(lctx, key, g.Lease.Fence()) // for Fence
 	}
 	v, took, err := loadcall.Call(lctx, &p.lc, key, loadcall.Func[V]{Load: load})
 	notFound := errors.Is(err, ErrNotFound)
@@ -59,7 +59,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 	}
 	p.countBatch(ctx, items)
 	stop := p.holdMany(ctx, items)
-	vals, keyErrs, took, err := loadcall.CallMany(withFences(ctx, items), &p.lc, keys, load)
+	vals, keyErrs, took, err := loadcall.CallMany(loadcall.WithFences(ctx, leaseFences(items)), &p.lc, keys, load)
 	stop()
 	allNotFound := errors.Is(err, ErrNotFound)
 	if allNotFound {
@@ -129,6 +129,21 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 	}
 	release = append(release, p.storeMany(ctx, writes, written, outs)...)
 	p.releaseMany(ctx, release)
+}
+
+// leaseFences are the fences of items' keys under a lease, for Fence;
+// nil if none is.
+func leaseFences(items []*loadItem) map[string]int64 {
+	var many map[string]int64
+	for _, it := range items {
+		if it.lease != nil && it.failOpen == nil {
+			if many == nil {
+				many = make(map[string]int64)
+			}
+			many[it.key] = it.lease.Fence()
+		}
+	}
+	return many
 }
 
 // newEntry stamps a loaded value with its times.

@@ -1,8 +1,9 @@
 // Package loadcall calls a pipeline's loader: behind the loader's
 // breaker, retry and attempt timeout, with its panics recovered, its
-// span and its metrics; and classifies what the loader returned, for the
-// stages of package resilience after it. The load stage itself (storing
-// what the loader returned, and releasing) stays in resilience.
+// span and its metrics; it hands the loader its context (the place for
+// SetTTL, the fences for Fence) and classifies what the loader returned,
+// for the stages of package resilience after it. The load stage itself
+// (storing what the loader returned, and releasing) stays in resilience.
 package loadcall
 
 import (
