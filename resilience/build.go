@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,32 +19,6 @@ import (
 	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/lock"
 )
-
-// version is the instrumentation version reported with spans and metrics:
-// the module's version as the build recorded it ("(devel)" in the
-// module's own builds and tests).
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Path == modulePath {
-			return bi.Main.Version
-		}
-		for _, m := range bi.Deps {
-			if m.Path == modulePath {
-				if m.Replace != nil && m.Replace.Version != "" {
-					return m.Replace.Version
-				}
-				return m.Version
-			}
-		}
-	}
-	return "(devel)"
-}
-
-// modulePath is this module's path.
-const modulePath = "github.com/herdguard/herdguard"
-
-// scope is the instrumentation scope: the instrumenting package's path.
-const scope = "github.com/herdguard/herdguard/resilience"
 
 // Build checks the configuration and returns the pipeline. The problems of
 // the settings are reported together (joined), each as a [*ConfigError]
@@ -153,7 +126,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if p.l1TTL == 0 {
 		p.l1TTL = p.ttl
 	}
-	tel, err := obs.New(scope, version(), c.name, c.telemetry)
+	tel, err := obs.New(obs.Scope, obs.Version(), c.name, c.telemetry)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -50,8 +51,8 @@ func (m *telMeter) collect(t *testing.T) (map[string]map[string]point, map[strin
 	out := map[string]map[string]point{}
 	units := map[string]string{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != scope {
-			t.Fatalf("scope %q, want %q", sm.Scope.Name, scope)
+		if sm.Scope.Name != obs.Scope {
+			t.Fatalf("scope %q, want %q", sm.Scope.Name, obs.Scope)
 		}
 		for _, mt := range sm.Metrics {
 			pts := map[string]point{}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -564,8 +565,8 @@ func TestTelemetry_providers(t *testing.T) {
 		if n := len(rec.Ended()); n == 0 {
 			t.Fatal("no spans through Builder.Telemetry")
 		}
-		if got := rec.Ended()[0].InstrumentationScope().Name; got != scope {
-			t.Fatalf("scope = %q, want %q", got, scope)
+		if got := rec.Ended()[0].InstrumentationScope().Name; got != obs.Scope {
+			t.Fatalf("scope = %q, want %q", got, obs.Scope)
 		}
 	})
 	t.Run("noop", func(t *testing.T) {

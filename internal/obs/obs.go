@@ -1,7 +1,8 @@
 // Package obs is the pipeline's instrumentation: its tracer, its metric
-// instruments and the checks that keep telemetry free when nothing
-// records. Package telemetry holds what users see of it: span names,
-// attribute keys, metric names and Config.
+// instruments, the scope and version they report ([Scope], [Version])
+// and the checks that keep telemetry free when nothing records. Package
+// telemetry holds what users see of it: span names, attribute keys,
+// metric names and Config.
 package obs
 
 import (

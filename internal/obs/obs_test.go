@@ -78,3 +78,23 @@ func TestKeyAttr(t *testing.T) {
 		}
 	}
 }
+
+// TestVersion: the module's own tests run a "(devel)" build of it, and
+// its spans report that version under the scope they were given.
+func TestVersion(t *testing.T) {
+	if v := Version(); v != "(devel)" {
+		t.Fatalf("Version() = %q in the module's own test, want (devel)", v)
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tel, err := New(Scope, Version(), "p", telemetry.Config{TracerProvider: tp, MeterProvider: metricnoop.NewMeterProvider()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sp := tel.Start(context.Background(), telemetry.SpanGet)
+	sp.End()
+	if got := rec.Ended()[0].InstrumentationScope(); got.Name != Scope || got.Version != "(devel)" {
+		t.Fatalf("span scope %q %q, want %q (devel)", got.Name, got.Version, Scope)
+	}
+}
