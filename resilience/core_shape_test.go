@@ -129,3 +129,31 @@ func TestCore_manyAtMost250Lines(t *testing.T) {
 		t.Errorf("many.go has %d lines; want at most 250", n)
 	}
 }
+
+// TestCore_filesAtMost400Lines: no file of the library (resilience and
+// the internal packages under it, tests aside) is over 400 lines.
+func TestCore_filesAtMost400Lines(t *testing.T) {
+	var files []string
+	for _, pattern := range []string{"*.go", "../internal/*/*.go", "../internal/*/*/*.go"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	if len(files) < 50 {
+		t.Fatalf("found %d files; the globs miss the library", len(files))
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > 400 {
+			t.Errorf("%s has %d lines; want at most 400", f, n)
+		}
+	}
+}

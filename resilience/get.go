@@ -1,7 +1,7 @@
 // A call, file by file, in the order it meets them:
 //
 //	get.go       Get, GetResult: the checks, the L1 lookup, the call and its
-//	             end (a batch's too), a miss, the call's counts
+//	             end (a batch's too), a miss
 //	refresh.go   early refresh of a hot key, background refresh, Refresh
 //	flight.go    the local single-flight: join a key's load, or lead it,
 //	             handing the load to background work (internal/bg); what a
@@ -47,8 +47,8 @@
 // coherent), backend.go (BackendOptions), check.go (Check and its
 // error), builder.go, settings.go and build.go (Builder, the settings
 // and their defaults, Build, the Pipeline and its Close), do.go (Do),
-// write.go (Set, Invalidate), fence.go (Fence), peek.go, stats.go,
-// health.go.
+// write.go (Set, Invalidate), fence.go (Fence), peek.go, stats.go
+// (Stats and the counts of calls and duplicate loads), health.go.
 //
 // `go run scripts/coldpath.go` lists the files a cold Get with Redis and
 // Lock runs, measured by coverage.
@@ -80,7 +80,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
-	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -346,60 +345,4 @@ func (p *Pipeline[V]) cloned(r Result[V], err error) (Result[V], error) {
 		r.Value = c(r.Value)
 	}
 	return r, err
-}
-
-// countCall counts in s a call that returns r and err, unless
-// [Pipeline.lookup] counted it.
-func countCall[V any](s *stats, r *Result[V], err error) {
-	switch {
-	case r.Source == SourceL1:
-		s.l1Hit()
-	case int(r.Source) >= len(s.bySource):
-	default:
-		s.bySource[r.Source].Add(1)
-		if r.FailedOpen {
-			s.openBySource[r.Source].Add(1)
-		}
-		if r.Source == SourceNone && err != nil && !r.NotFound {
-			s.errors.Add(1)
-		}
-	}
-	if r.NotFound {
-		s.notFound.Add(1)
-	}
-	if r.Cause != nil {
-		s.fallbacks.Add(1)
-	}
-	if r.FailedOpen {
-		s.failedOpen.Add(1)
-	}
-}
-
-// countLoad counts the load about to begin under g (nil: unlocked) as a
-// duplicate when it is one: under a grant that took the lock over, or
-// failed open with Lock on. A load under a grant whose re-check failed
-// open is not one: the grant still keeps the others waiting. A load after
-// MaxWait is counted where the wait ends (see await).
-func (p *Pipeline[V]) countLoad(ctx context.Context, g *coord.Grant, failedOpen bool) {
-	switch {
-	case g != nil && g.Lease.TookOver():
-		p.duplicates(ctx, dupTakeover, 1)
-	case g == nil && failedOpen && p.locker != nil:
-		p.duplicates(ctx, dupFailOpen, 1)
-	}
-}
-
-// countBatch is countLoad for the keys of one loader call of GetMany.
-func (p *Pipeline[V]) countBatch(ctx context.Context, items []*loadItem) {
-	var took, open int
-	for _, it := range items {
-		switch {
-		case it.lease != nil && it.lease.TookOver():
-			took++
-		case it.lease == nil && it.failOpen != nil && p.locker != nil:
-			open++
-		}
-	}
-	p.duplicates(ctx, dupTakeover, took)
-	p.duplicates(ctx, dupFailOpen, open)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/stripe"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -149,4 +150,60 @@ func (s *stats) calls(i int, failedOpen bool) uint64 {
 		return s.l1Hits()
 	}
 	return s.bySource[i].Load() - s.openBySource[i].Load()
+}
+
+// countCall counts in s a call that returns r and err, unless
+// [Pipeline.lookup] counted it.
+func countCall[V any](s *stats, r *Result[V], err error) {
+	switch {
+	case r.Source == SourceL1:
+		s.l1Hit()
+	case int(r.Source) >= len(s.bySource):
+	default:
+		s.bySource[r.Source].Add(1)
+		if r.FailedOpen {
+			s.openBySource[r.Source].Add(1)
+		}
+		if r.Source == SourceNone && err != nil && !r.NotFound {
+			s.errors.Add(1)
+		}
+	}
+	if r.NotFound {
+		s.notFound.Add(1)
+	}
+	if r.Cause != nil {
+		s.fallbacks.Add(1)
+	}
+	if r.FailedOpen {
+		s.failedOpen.Add(1)
+	}
+}
+
+// countLoad counts the load about to begin under g (nil: unlocked) as a
+// duplicate when it is one: under a grant that took the lock over, or
+// failed open with Lock on. A load under a grant whose re-check failed
+// open is not one: the grant still keeps the others waiting. A load after
+// MaxWait is counted where the wait ends (see await).
+func (p *Pipeline[V]) countLoad(ctx context.Context, g *coord.Grant, failedOpen bool) {
+	switch {
+	case g != nil && g.Lease.TookOver():
+		p.duplicates(ctx, dupTakeover, 1)
+	case g == nil && failedOpen && p.locker != nil:
+		p.duplicates(ctx, dupFailOpen, 1)
+	}
+}
+
+// countBatch is countLoad for the keys of one loader call of GetMany.
+func (p *Pipeline[V]) countBatch(ctx context.Context, items []*loadItem) {
+	var took, open int
+	for _, it := range items {
+		switch {
+		case it.lease != nil && it.lease.TookOver():
+			took++
+		case it.lease == nil && it.failOpen != nil && p.locker != nil:
+			open++
+		}
+	}
+	p.duplicates(ctx, dupTakeover, took)
+	p.duplicates(ctx, dupFailOpen, open)
 }
