@@ -10,7 +10,8 @@
 //	             the rest; the L1 fill, ordered against writes by
 //	             internal/gens; the one recoverer of panics
 //	l2.go        L2 reads, the write-back (the commit under a grant)
-//	lock.go      the lock stage: the winner holds and loads; its releases
+//	lock.go      the lock stage: the sorting of a batch's looks; the winner
+//	             holds and loads; its releases
 //	wait.go      the wait for the values others hold, a key's and a batch's:
 //	             the looks and their outcomes around internal/wait's loop
 //	loader.go    the load stage, for a key and a batch: the loader's call

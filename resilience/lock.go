@@ -134,19 +134,42 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
 		return
 	}
-	var items []*loadItem
-	var waits []string
+	items, waits := p.sortLooks(ctx, keys, looks, outs, start, SourceL2, true)
+	var wg sync.WaitGroup
+	if len(waits) > 0 {
+		// One goroutine waits for every key that others hold while this
+		// one loads its own. Each writes only its keys' outcomes.
+		wg.Go(func() { p.awaitMany(ctx, waits, subs, load, outs, start) })
+	}
+	p.loadBatch(ctx, items, load, outs)
+	wg.Wait()
+}
+
+// sortLooks sorts a batch's looks (looks[i] is keys[i]'s, begun at start):
+// it settles the keys it can, and returns the items to load and the keys
+// a live holder holds. A fresh value settles its key, served as src:
+// SourceL2 for the batch's first look, SourceWaited for a look after a
+// wake, which records the wait's outcome, waited. A value fresh by its
+// expiry field yet unusable is loaded without the lock, a key whose lock
+// the look won is loaded under it, and a failed look goes to lookFailed.
+// With keepStale (the first look), a stale copy is kept for the fallback
+// chain and, with StaleWhileRevalidate, served at once while another
+// process holds the key.
+func (p *Pipeline[V]) sortLooks(ctx context.Context, keys []string, looks []coord.Look[V], outs map[string]*keyOut[V], start time.Time, src Source, keepStale bool) (items []*loadItem, held []string) {
 	for i, k := range keys {
 		out := outs[k]
 		lk := &looks[i]
 		e, f := lk.E, lk.F
-		if f == cache.Stale {
+		if keepStale && f == cache.Stale {
 			out.o.stale, out.o.hasStale = e, true
 		}
 		switch {
 		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
 			p.fillL1(k, e, out.o)
-			out.o.res, out.err = fromEntry(&e, SourceL2)
+			if src == SourceWaited {
+				p.lockOutcome(ctx, nil, "waited", start, nil)
+			}
+			out.o.res, out.err = fromEntry(&e, src)
 			out.set = true
 		case lk.Err == nil && lk.Lease == nil:
 			// Fresh by its expiry field, yet unusable: a miss, loaded
@@ -156,27 +179,20 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 			p.lockOutcome(ctx, nil, "acquired", start, lk.Lease)
 			items = append(items, heldItem(k, lk))
 		case errors.Is(lk.Err, backend.ErrNotAcquired):
-			if p.swr && f == cache.Stale && !e.NotFound {
+			if keepStale && p.swr && f == cache.Stale && !e.NotFound {
 				// Another process refreshes it: serve the stale copy now.
 				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
 				out.set = true
 				continue
 			}
-			waits = append(waits, k)
+			held = append(held, k)
 		default:
 			if it := p.lookFailed(ctx, k, lk.Err, out, start); it != nil {
 				items = append(items, it)
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	if len(waits) > 0 {
-		// One goroutine waits for every key that others hold while this
-		// one loads its own. Each writes only its keys' outcomes.
-		wg.Go(func() { p.awaitMany(ctx, waits, subs, load, outs, start) })
-	}
-	p.loadBatch(ctx, items, load, outs)
-	wg.Wait()
+	return items, held
 }
 
 // lookFailed settles key k, whose look in a batch failed with err (the

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/backend"
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/wait"
 	"github.com/herdguard/herdguard/telemetry"
@@ -123,39 +122,22 @@ func (p *Pipeline[V]) waitPace(start time.Time) wait.Pace {
 // can, loads those it must, and returns those a live holder still holds.
 func (p *Pipeline[V]) lookAgain(ctx context.Context, woken []string, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) (held []string) {
 	looks, err := p.co.LookOrLockMany(ctx, woken)
-	var items []*loadItem
-	for i, k := range woken {
-		out := outs[k]
-		if err != nil {
+	if err != nil {
+		// The look failed as a whole: the caller's end settles every key;
+		// any other failure loads them without the service, failing open.
+		var items []*loadItem
+		for _, k := range woken {
 			if coord.Classify(ctx, err) == coord.Canceled {
-				out.err, out.set = err, true
-			} else {
-				p.lockOutcome(ctx, nil, "failed_open", start, nil)
-				items = append(items, &loadItem{key: k, failOpen: err})
+				outs[k].err, outs[k].set = err, true
+				continue
 			}
-			continue
+			p.lockOutcome(ctx, nil, "failed_open", start, nil)
+			items = append(items, &loadItem{key: k, failOpen: err})
 		}
-		lk := &looks[i]
-		e, f := lk.E, lk.F
-		switch {
-		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
-			p.fillL1(k, e, out.o)
-			p.lockOutcome(ctx, nil, "waited", start, nil)
-			out.o.res, out.err = fromEntry(&e, SourceWaited)
-			out.set = true
-		case lk.Err == nil && lk.Lease == nil:
-			items = append(items, &loadItem{key: k})
-		case lk.Err == nil:
-			p.lockOutcome(ctx, nil, "acquired", start, lk.Lease)
-			items = append(items, heldItem(k, lk))
-		case errors.Is(lk.Err, backend.ErrNotAcquired):
-			held = append(held, k)
-		default:
-			if it := p.lookFailed(ctx, k, lk.Err, out, start); it != nil {
-				items = append(items, it)
-			}
-		}
+		p.loadBatch(ctx, items, load, outs)
+		return nil
 	}
+	items, held := p.sortLooks(ctx, woken, looks, outs, start, SourceWaited, false)
 	p.loadBatch(ctx, items, load, outs)
 	return held
 }
