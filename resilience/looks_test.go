@@ -1,0 +1,155 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/backend"
+	"github.com/herdguard/herdguard/backend/backendtest"
+	"github.com/herdguard/herdguard/internal/rcache"
+	"github.com/herdguard/herdguard/telemetry"
+)
+
+// refusing is a backend over m whose views report, on refused, each key
+// whose lock they found held.
+type refusing struct {
+	m       *backendtest.Memory
+	refused chan string
+}
+
+func (r refusing) Open(s backend.Scope) (backend.Shared, error) {
+	sh, err := r.m.Open(s)
+	if err != nil {
+		return nil, err
+	}
+	return refusingView{Shared: sh, refused: r.refused}, nil
+}
+
+// refusingView is a view of refusing. It has no batch forms, so a
+// batch's look tries each key's lock through TryAcquire.
+type refusingView struct {
+	backend.Shared
+	refused chan string
+}
+
+func (v refusingView) TryAcquire(ctx context.Context, key string, lease time.Duration) (*backend.Lease, error) {
+	l, err := v.Shared.TryAcquire(ctx, key, lease)
+	if errors.Is(err, backend.ErrNotAcquired) {
+		select {
+		case v.refused <- key:
+		default: // a later poll's refusal: the test heard the first
+		}
+	}
+	return l, err
+}
+
+// A batch's keys that another process holds are served as waited for,
+// each recorded with the lock outcome waited; a key the first look found
+// fresh is served from L2 and records no lock outcome.
+func TestGetMany_looksAfterAWake(t *testing.T) {
+	ctx := context.Background()
+	var mem backendtest.Memory
+	m := newTelMeter(t)
+	lk := LockSettings{MaxWait: time.Minute, Poll: 20 * time.Millisecond}
+	holder := build(t, New[string]("looks").Cache(time.Minute).Lock(lk).Backend(&mem))
+	refused := make(chan string, 16)
+	waiter := build(t, New[string]("looks").Cache(time.Minute).Lock(lk).
+		Backend(refusing{m: &mem, refused: refused}).MeterProvider(m.mp))
+	if err := holder.Set(ctx, "c", "v:c"); err != nil {
+		t.Fatal(err)
+	}
+	hl := &batchLoader{gate: make(chan struct{}), started: make(chan struct{})}
+	held := make(chan error, 1)
+	go func() {
+		_, err := holder.GetMany(ctx, []string{"a", "b"}, hl.load)
+		held <- err
+	}()
+	<-hl.started // the holder holds a's and b's locks
+	type got struct {
+		rs  map[string]Result[string]
+		err error
+	}
+	done := make(chan got, 1)
+	wl := &batchLoader{}
+	go func() {
+		rs, err := waiter.GetMany(ctx, []string{"a", "b", "c"}, wl.load)
+		done <- got{rs, err}
+	}()
+	// The waiter's first look found both held: let the holder finish.
+	for seen := map[string]bool{}; !seen["a"] || !seen["b"]; {
+		seen[<-refused] = true
+	}
+	close(hl.gate)
+	g := <-done
+	if g.err != nil {
+		t.Fatalf("waiter: %v", g.err)
+	}
+	for k, want := range map[string]Source{"a": SourceWaited, "b": SourceWaited, "c": SourceL2} {
+		if r := g.rs[k]; r.Value != "v:"+k || r.Source != want {
+			t.Errorf("%s: %+v; want its value from %v", k, r, want)
+		}
+	}
+	if err := <-held; err != nil {
+		t.Errorf("holder: %v", err)
+	}
+	if calls := wl.snapshot(); len(calls) != 0 {
+		t.Errorf("waiter's loader calls %v; want none", calls)
+	}
+	mc, _ := m.collect(t)
+	wantCounts(t, mc, telemetry.MetricLockWait, map[string]uint64{
+		"herdguard.lock.outcome=waited,herdguard.pipeline=looks": 2,
+	})
+}
+
+// A batch's first look keeps a key's stale copy: the fallback chain
+// serves it when the load fails, and with StaleWhileRevalidate it is
+// served at once while another process holds the key.
+func TestGetMany_firstLookKeepsStale(t *testing.T) {
+	ctx := context.Background()
+	cause := errors.New("db down")
+	// A long heartbeat: the lock this test takes by hand does not beat,
+	// and must not look abandoned.
+	lk := LockSettings{Lease: time.Minute, Heartbeat: 20 * time.Second, MaxWait: time.Second, Poll: 20 * time.Millisecond}
+	for _, swr := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fallback", true: "swr"}[swr], func(t *testing.T) {
+			var mem backendtest.Memory
+			b := New[string]("stale").Cache(time.Minute).Jitter(0).Stale(time.Hour).Lock(lk).Backend(&mem)
+			if swr {
+				b = b.StaleWhileRevalidate()
+			}
+			p := build(t, b)
+			// L2 holds a stale copy: stored with a TTL already past.
+			e := p.newEntry("v:stale", false, 0, 0)
+			e.Expires = time.Now().Add(-time.Second)
+			if _, err := p.l2.SetMany(ctx, []rcache.Write[string]{{Key: "k", Entry: e}}); err != nil {
+				t.Fatal(err)
+			}
+			l := &batchLoader{fail: cause}
+			if swr {
+				// Another process holds the key.
+				lease, err := p.locker.TryAcquire(ctx, "k", lk.Lease)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = lease.Release(ctx) }()
+			}
+			rs, err := p.GetMany(ctx, []string{"k"}, l.load)
+			if err != nil {
+				t.Fatalf("GetMany: %v", err)
+			}
+			r := rs["k"]
+			if r.Source != SourceStale || r.Value != "v:stale" {
+				t.Fatalf("k: %+v; want the stale copy", r)
+			}
+			calls := l.snapshot()
+			switch {
+			case swr && len(calls) != 0:
+				t.Errorf("loader calls %v; want none: the holder refreshes it", calls)
+			case !swr && (len(calls) != 1 || !errors.Is(r.Cause, cause)):
+				t.Errorf("loader calls %v, cause %v; want one failed load", calls, r.Cause)
+			}
+		})
+	}
+}
