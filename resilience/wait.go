@@ -55,7 +55,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 			if lk.ReadFailed != nil {
 				o.failOpen(lk.ReadFailed)
 			}
-			err = p.holdAndLoad(ctx, key, load, lk.Lease, o, nil)
+			err = p.holdAndLoad(ctx, key, load, lk.Lease, o, lk.G)
 		case lerr == nil:
 			p.fillL1(key, lk.E, o)
 			p.lockOutcome(ctx, sp, "waited", start, nil)
