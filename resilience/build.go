@@ -116,7 +116,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	p.lc = loadcall.Caller{
 		Timeout: c.timeout, IsFailure: c.isFailure, Loads: &p.stats.loads,
 		Panicked: panicError, IsPanic: isPanic,
-		KeyErrors: keyErrors, Exited: errFlightExited,
+		KeyErrors: keyErrors,
 	}
 	p.writes.clone = c.clone
 	p.jitter = DefaultJitter

@@ -46,8 +46,6 @@ type Caller struct {
 	// KeyErrors returns the per-key errors a batch's loader returned in
 	// err, if it did.
 	KeyErrors func(err error) (map[string]error, bool)
-	// Exited is the error of a batch's call that no attempt answered.
-	Exited error
 }
 
 // Func is the user's function of a call: a keyed load, or a keyless

@@ -28,8 +28,7 @@ import (
 
 // The errors and hooks a Caller gets from its pipeline are doubled here,
 // as package resilience gives them: a recovered panic is a *panicError,
-// a batch's per-key errors are a keyErrs, and a batch's call that no
-// attempt answered ends with errExited.
+// and a batch's per-key errors are a keyErrs.
 
 // panicError is the test's error for a panic of stage with v.
 type panicError struct {
@@ -59,8 +58,6 @@ func keyErrors(err error) (map[string]error, bool) {
 	return ke, ok
 }
 
-var errExited = errors.New("loadcall test: the call exited before it returned")
-
 // errBoom is a loader failure that the retry treats as transient.
 var errBoom = errors.New("boom")
 
@@ -78,7 +75,7 @@ func newCallerWith(t *testing.T, r *Retry, tc telemetry.Config) *Caller {
 		t.Fatal(err)
 	}
 	return &Caller{Tel: tel, Retry: r, Loads: new(atomic.Uint64),
-		Panicked: panicked, IsPanic: isPanic, KeyErrors: keyErrors, Exited: errExited}
+		Panicked: panicked, IsPanic: isPanic, KeyErrors: keyErrors}
 }
 
 // fastRetry is a Retry of attempts attempts with millisecond waits, with

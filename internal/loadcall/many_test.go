@@ -5,10 +5,16 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/telemetry"
 )
 
 // TestCallMany_keyErrorsFailOnlyTheirKeys: the per-key errors a batch's
@@ -83,6 +89,41 @@ func TestCallMany_keyErrorsAreNotRetried(t *testing.T) {
 		})
 		if err != nil || !errors.Is(errs["a"], errBoom) || calls != 1 {
 			t.Fatalf("CallMany: errs %v, err %v after %d calls; want a failed, after 1 call", errs, err, calls)
+		}
+	})
+}
+
+// TestCallMany_lateAttemptDoesNotAnswer: an attempt abandoned at its
+// timeout whose loader ignores its context does not replace the answer
+// of the attempt after it, even when it returns between that answer and
+// the end of the call (here: while the call records its load metric,
+// whose exemplar filter runs on the caller's goroutine).
+func TestCallMany_lateAttemptDoesNotAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		late := make(chan struct{})
+		answered := false
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()),
+			sdkmetric.WithExemplarFilter(func(context.Context) bool {
+				if answered {
+					answered = false
+					close(late)
+					synctest.Wait() // the first attempt has returned
+				}
+				return false
+			}))
+		c := newCallerWith(t, fastRetry(2), telemetry.Config{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: mp})
+		c.Timeout = time.Second
+		var n atomic.Int32 // the attempts run on goroutines of their own
+		vals, _, _, err := CallMany(context.Background(), c, []string{"a"}, func(context.Context, []string) (map[string]int, error) {
+			if n.Add(1) == 1 {
+				<-late // past its timeout: abandoned
+				return map[string]int{"a": 1}, nil
+			}
+			answered = true
+			return map[string]int{"a": 2}, nil
+		})
+		if err != nil || !maps.Equal(vals, map[string]int{"a": 2}) {
+			t.Fatalf("CallMany = %v, %v; want the second attempt's a=2", vals, err)
 		}
 	})
 }
