@@ -275,19 +275,8 @@ func (p *Pipeline[V]) fillL1(key string, e rcache.Entry[V], o *outcome[V]) {
 	if p.l1 == nil {
 		return
 	}
-	if limit := time.Now().Add(p.l1TTL); e.Expires.After(limit) {
-		e.Expires = limit
-		if e.StaleUntil.Before(limit) {
-			e.StaleUntil = limit
-		}
-	}
-	p.fillIfCurrent(key, e, o.gen)
-}
-
-// fillIfCurrent puts e in L1 unless key was written or dropped since the
-// load that produced it began (stamp).
-func (p *Pipeline[V]) fillIfCurrent(key string, e rcache.Entry[V], stamp uint64) {
-	p.writes.gens.Fill(key, stamp, func() { p.l1.Set(key, e) })
+	p.capL1(&e)
+	p.writes.gens.Fill(key, o.gen, func() { p.l1.Set(key, e) })
 }
 
 // recoverPanic, deferred, turns a panic of the named stage into a

@@ -2,74 +2,26 @@
 //
 //	get.go       Get, GetResult: the checks, the L1 lookup, the call and its
 //	             end (a batch's too), a miss
-//	refresh.go   early refresh of a hot key, background refresh, Refresh
+//	refresh.go   early and background refresh, Refresh
 //	flight.go    the local single-flight: join a key's load, or lead it,
-//	             handing the load to background work (internal/bg); what a
-//	             shared load hands its callers
-//	fetch.go     the leader's look (L1 again, then L2 through the seam), then
-//	             the rest; the L1 fill, ordered against writes by
-//	             internal/gens; the one recoverer of panics
+//	             handing the load to background work
+//	fetch.go     the leader's look (L1 again, then L2 through the seam),
+//	             then the rest; the L1 fill; the one recoverer
 //	l2.go        L2 reads, the write-back (the commit under a grant)
-//	lock.go      the lock stage: the sorting of a batch's looks; the winner
-//	             holds and loads; its releases
-//	wait.go      the wait for the values others hold, a key's and a batch's:
-//	             the looks and their outcomes around internal/wait's loop
-//	loader.go    the load stage, for a key and a batch: the loader's call
-//	             (internal/loadcall), its entry, SetTTL, the store
+//	lock.go      the lock stage: a batch's looks sorted; hold and load;
+//	             the releases
+//	wait.go      the wait for the values others hold, a key's and a batch's
+//	loader.go    the load stage: the loader's call, its entry, the store
 //	fallback.go  the fallback chain: stale copy, default, error
 //	result.go    what a call returns
-//	outcome.go   the fallback reason of a loader's error; the breakers'
-//	             observer
-//	errors.go    every error type
 //
-// The stages ask the coordination seam, package internal/coord, for the
-// look that also tries the lock, the commit, releases, extensions and
-// announcements. Its adapters are internal/coord's redis.go (Redis),
-// backend.go (any Backend) and memory.go (the embedded default); beside
-// them sit wire.go (the building of the Redis cache, notifier and lock,
-// or of a backend's view and store, with the guard and the adapter over
-// them), check.go (Check's probes), guard.go (the Redis breaker's guard
-// and the classifier of Redis errors) and watchdog.go (the one watchdog,
-// for one lease or a batch's). build.go hands an adapter what it needs
-// of the pipeline (coord.Deps) when it builds it.
-//
-// The loader's call is package internal/loadcall: loadcall.go (an
-// attempt behind the breaker and the timeout, its recovered panic, span
-// and load count), retry.go (the retry loop), class.go (the one
-// classifier of what a loader returned), ttl.go (SetTTL's plumbing),
-// fence.go (the fences that Fence reads) and many.go (a batch's call).
-// build.go hands it what it needs of the pipeline (loadcall.Caller);
-// retry.go keeps RetrySettings. GetMany (many.go: its entry and the
-// settling of each key) takes the same files: each stage's batch form
-// sits beside its single-key form.
-//
-// Around them: wire.go (the wiring of Redis or a Backend, through
-// internal/coord: the defaults, the breaker, the hooks that keep L1
-// coherent), backend.go (BackendOptions), check.go (Check and its
-// error), builder.go, settings.go and build.go (Builder, the settings
-// and their defaults, Build, the Pipeline and its Close), do.go (Do),
-// write.go (Set, Invalidate), fence.go (Fence), peek.go, stats.go
-// (Stats and the counts of calls and duplicate loads), health.go.
-//
+// Each stage's batch form (GetMany, many.go) sits beside its single-key
+// form. The stages reach Redis, a backend or the embedded default through
+// one seam, package internal/coord; the loader's call is package
+// internal/loadcall. docs/design.md ("The code, file by file") names every
+// file and the internal packages of the other mechanisms, and
 // `go run scripts/coldpath.go` lists the files a cold Get with Redis and
-// Lock runs, measured by coverage.
-//
-// The mechanisms that are not stages live in internal packages of their
-// own: internal/coord (the seam), internal/loadcall (the loader's
-// call), internal/bg (the one launch of background work, and its count
-// that Close waits for), internal/wait (the one wait loop for the keys
-// others hold, and the fan-in of a batch's keys' announcements that it
-// hears), internal/stripe (the striped count of stats.go's L1 hits),
-// internal/flight (the group of flights that the single-flight stage
-// leads and joins), internal/redisbatch (the
-// Redis commands of a moment sent in batches), internal/slotreload (a
-// Cluster client's slot map reloaded when Redis operations fail),
-// internal/presence (whether the looks of late found their value),
-// internal/gens (the write generations that keep a load that began
-// before a write from filling L1 after it), internal/aclcheck (what
-// Check asks Redis's ACL, from internal/coord's check.go) and
-// internal/evlog (the notable events written to the user's logger: each
-// breaker transition, the others at most once a minute of each kind).
+// Lock runs.
 
 package resilience
 
