@@ -231,7 +231,7 @@ func (b *Builder[V]) Lock(s LockSettings) *Builder[V] {
 // [Builder.Lock], makes the lock a Redis lock shared by every process on
 // the same Redis. client may be a single node, Sentinel or Cluster client.
 func (b *Builder[V]) Redis(client redis.UniversalClient) *Builder[V] {
-	if isNilClient(client) {
+	if isNil(client) {
 		return b.fail("Redis", "client is nil")
 	}
 	b.c.redis = client

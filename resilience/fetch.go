@@ -49,16 +49,6 @@ func (p *Pipeline[V]) fetchAlone(ctx context.Context, key string, load LoadFunc[
 	return p.fetchLoad(ctx, key, load, o, &pd)
 }
 
-// fetchInto is the whole shared part of a miss, into o: L2, then the
-// lock, then the loader (for a background refresh).
-func (p *Pipeline[V]) fetchInto(ctx context.Context, key string, load LoadFunc[V], o *outcome[V]) error {
-	pd, finished, err := p.fetchLook(ctx, key, load, o, false)
-	if finished {
-		return err
-	}
-	return p.fetchLoad(ctx, key, load, o, &pd)
-}
-
 // fetchLook is the part of a miss that may answer without a load: L1
 // again, then one look at L2 (with Lock, one that also tries the lock). finished says it answered, into o, with
 // err; otherwise pd holds what the rest of the miss needs. A panic of user

@@ -38,10 +38,7 @@ func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFun
 		// the same trace; it may end after that call's span.
 		var sp trace.Span
 		fctx, sp = p.tel.Start(fctx, telemetry.SpanRefresh, trace.WithAttributes(p.tel.PipelineAttr))
-		refresh := func() (any, error) {
-			o := &outcome[V]{refresh: true, after: after}
-			return o, p.fetchInto(fctx, key, load, o)
-		}
+		refresh := func() (any, error) { return p.reload(fctx, key, load, after) }
 		var err error
 		if p.group != nil {
 			_, err, _ = p.group.Do(key, refresh)
@@ -85,10 +82,7 @@ func (p *Pipeline[V]) Refresh(ctx context.Context, key string, load LoadFunc[V])
 	// The shared load keeps the first caller's values (its span) but not
 	// its cancellation.
 	if !p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout}, func(fctx context.Context) {
-		o, err, _ := p.writes.refreshes.Do(key, func() (any, error) {
-			o := &outcome[V]{refresh: true, after: after}
-			return o, p.fetchInto(fctx, key, load, o)
-		})
+		o, err, _ := p.writes.refreshes.Do(key, func() (any, error) { return p.reload(fctx, key, load, after) })
 		ch <- res{o, err}
 	}) {
 		return zero, ErrClosed
@@ -102,6 +96,18 @@ func (p *Pipeline[V]) Refresh(ctx context.Context, key string, load LoadFunc[V])
 		}
 		return p.out(r.o.(*outcome[V]).res.Value), nil
 	}
+}
+
+// reload is a refresh's load: the whole shared part of a miss (L2, then
+// the lock, then the loader), answered only by an entry written after
+// after. It returns its *outcome[V].
+func (p *Pipeline[V]) reload(ctx context.Context, key string, load LoadFunc[V], after time.Time) (any, error) {
+	o := &outcome[V]{refresh: true, after: after}
+	pd, finished, err := p.fetchLook(ctx, key, load, o, false)
+	if finished {
+		return o, err
+	}
+	return o, p.fetchLoad(ctx, key, load, o, &pd)
 }
 
 // refreshEarly decides, XFetch style, whether a fresh entry should be

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -123,11 +122,8 @@ func (p *Pipeline[V]) infraBreaker(c config[V], shared *breaker.Breaker, bs brea
 	return br, nil
 }
 
-// isNilClient reports whether client is nil or a typed nil pointer (a
-// *redis.Client variable never assigned), which would crash the first call.
-func isNilClient(client redis.UniversalClient) bool { return isNil(client) }
-
-// isNil reports whether v is nil or holds a nil pointer.
+// isNil reports whether v is nil or holds a nil pointer (a *redis.Client
+// variable never assigned), which would crash the first call.
 func isNil(v any) bool {
 	if v == nil {
 		return true
