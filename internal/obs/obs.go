@@ -1,6 +1,7 @@
 // Package obs is the pipeline's instrumentation: its tracer, its metric
-// instruments, the scope and version they report ([Scope], [Version])
-// and the checks that keep telemetry free when nothing records. Package
+// instruments, the scope and version they report ([Scope], [Version]),
+// the checks that keep telemetry free when nothing records, and the
+// recording of each event of the stages (events.go). Package
 // telemetry holds what users see of it: span names, attribute keys,
 // metric names and Config.
 package obs
@@ -19,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/herdguard/herdguard/internal/evlog"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -46,6 +48,9 @@ type Telemetry struct {
 	// Meter made the instruments; observable ones register with it.
 	Meter metric.Meter
 	Instruments
+	// Log writes the notable events to the user's logger; its zero value
+	// logs nothing. The pipeline sets its Logger and Pipeline.
+	Log evlog.Log
 }
 
 // New returns the instrumentation of the pipeline named pipeline, with the
