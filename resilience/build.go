@@ -12,7 +12,6 @@ import (
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/coord"
-	"github.com/herdguard/herdguard/internal/evlog"
 	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
@@ -131,11 +130,11 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		return nil, err
 	}
 	p.tel, p.lc.Tel = tel, tel
-	p.logs = evlog.Log{Logger: c.logger, Pipeline: c.name}
+	tel.Log.Logger, tel.Log.Pipeline = c.logger, c.name
 	// No caller is left to hear a panic of background work: it is logged.
 	p.bg.Panicked = func(ctx context.Context, v any) {
 		pe := panicked("pipeline", v)
-		p.logs.Panicked(ctx, pe.Value, pe.Stack)
+		p.tel.Log.Panicked(ctx, pe.Value, pe.Stack)
 	}
 	if c.retryOn {
 		r := loadcall.Retry(c.retry).WithDefaults()
@@ -204,7 +203,7 @@ func (p *Pipeline[V]) deps() coord.Deps[V] {
 	return coord.Deps[V]{
 		Tel: p.tel, Locker: p.locker, Lease: p.lockCfg.Lease,
 		Read: p.l2Get, Release: p.release, ReleaseMany: p.releaseMany,
-		FailOpen: p.failOpen, Corrupt: p.corrupt,
+		FailOpen: p.failOpen,
 		Panicked: func(v any) any { return panicked("pipeline", v) },
 	}
 }
@@ -267,11 +266,10 @@ type Pipeline[V any] struct {
 	co      coord.Coord[V]
 	lockCfg LockSettings
 
-	br   *breaker.Breaker
-	lc   loadcall.Caller // the loader call: its breaker, retry and timeout
-	fb   fallback.Chain[V]
-	tel  *obs.Telemetry
-	logs evlog.Log
+	br  *breaker.Breaker
+	lc  loadcall.Caller // the loader call: its breaker, retry and timeout
+	fb  fallback.Chain[V]
+	tel *obs.Telemetry // its spans, metrics and event log
 
 	ttl, l1TTL, negTTL, grace time.Duration
 	jitter                    float64

@@ -87,7 +87,7 @@ func TestLogger_deniedLoggedAsError(t *testing.T) {
 		Logger(slog.New(slog.NewTextHandler(&out, nil))))
 	// An outage episode was just logged: the quiet minute of fail-opens
 	// must not hide the misconfiguration.
-	p.logs.FailedOpen(context.Background(), "l2_get", "redis_error", errors.New("dial tcp: connection refused"))
+	p.tel.Log.FailedOpen(context.Background(), "l2_get", "redis_error", errors.New("dial tcp: connection refused"))
 	r, err := p.GetResult(context.Background(), "secret-key", func(context.Context, string) (string, error) { return "v", nil })
 	if err != nil || r.Value != "v" {
 		t.Fatalf("GetResult = %+v, %v; want v", r, err)

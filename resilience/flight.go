@@ -11,6 +11,7 @@ import (
 	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/coord"
 	sflight "github.com/herdguard/herdguard/internal/flight"
+	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -56,9 +57,7 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		}
 		if finished {
 			p.group.End(key, f, f.Outcome(), err)
-			if sp != nil {
-				sharedSpan(sp, false, f.Outcome())
-			}
+			obs.Shared(sp, false, trace.SpanContext{})
 			return f.Outcome(), err
 		}
 	}
@@ -71,9 +70,7 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 	case <-done:
 	}
 	o := joined(f, isJoiner)
-	if sp != nil {
-		sharedSpan(sp, isJoiner, o)
-	}
+	obs.Shared(sp, isJoiner, o.leadSpan)
 	_, err := f.Result()
 	return o, err
 }
@@ -106,15 +103,6 @@ func coalesced[V any](r Result[V]) Result[V] {
 		r.Source = SourceCoalesced
 	}
 	return r
-}
-
-// sharedSpan records on a caller's single-flight span whether it joined
-// another's load, and links a joiner to the leader's span.
-func sharedSpan[V any](sp trace.Span, joiner bool, o *outcome[V]) {
-	sp.SetAttributes(telemetry.Shared.Bool(joiner))
-	if joiner && o.leadSpan.IsValid() {
-		sp.AddLink(trace.Link{SpanContext: o.leadSpan})
-	}
 }
 
 // handOff runs the rest of a leader's flight, the part that loads or

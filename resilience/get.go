@@ -28,13 +28,11 @@ package resilience
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
-	"github.com/herdguard/herdguard/telemetry"
 )
 
 // LoadFunc loads the value of key: the expensive call the pipeline guards.
@@ -105,23 +103,7 @@ func (p *Pipeline[V]) checkGet(ctx context.Context, key string, load LoadFunc[V]
 // call and one for each stage that runs, when tracing is on (the L1 span
 // records the lookup just made), then the shared load and the fallbacks.
 func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h rcache.Hit[V], f cache.Freshness) (Result[V], error) {
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanGet)
-		if sp.IsRecording() {
-			sp.SetAttributes(p.tel.PipelineAttr)
-			if kv, ok := p.tel.KeyAttr(key); ok {
-				sp.SetAttributes(kv)
-			}
-		}
-		if p.l1 != nil {
-			_, l1sp := p.tel.Start(ctx, telemetry.SpanL1)
-			if l1sp.IsRecording() {
-				l1sp.SetAttributes(telemetry.Hit.Bool(f == cache.Fresh), telemetry.Freshness.String(f.String()))
-			}
-			l1sp.End()
-		}
-	}
+	ctx, sp := p.tel.StartCall(ctx, key, p.l1 != nil, f == cache.Fresh, f.String())
 	var r Result[V]
 	var err error
 	switch f {
@@ -142,33 +124,14 @@ func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h 
 // the metrics; finishMany does it for a batch.
 func (p *Pipeline[V]) finishCall(ctx context.Context, sp trace.Span, r *Result[V], err error) {
 	countCall(&p.stats, r, err)
-	if p.tel.Metering() {
-		if r.Cause != nil {
-			p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
-		}
+	if sp == nil && r.Cause == nil {
+		return // nothing to record
 	}
-	if sp == nil {
-		return
-	}
-	if !sp.IsRecording() {
-		sp.End()
-		return
-	}
-	sp.SetAttributes(telemetry.Source.String(r.Source.String()), telemetry.FailedOpen.Bool(r.FailedOpen))
-	if r.NotFound {
-		sp.SetAttributes(telemetry.NotFound.Bool(true))
-	}
+	c := obs.Call{Source: r.Source.String(), FailedOpen: r.FailedOpen, NotFound: r.NotFound, Err: err}
 	if r.Cause != nil {
-		// Handled: the caller got a value. The cause is an event, not an
-		// error status.
-		sp.SetAttributes(telemetry.Fallback.Bool(true), telemetry.FallbackReason.String(reason(r.Cause)))
-		sp.AddEvent("fallback", trace.WithAttributes(telemetry.FallbackReason.String(reason(r.Cause))))
+		c.Fallback = reason(r.Cause)
 	}
-	if err != nil && !r.NotFound {
-		sp.RecordError(err)
-		sp.SetStatus(codes.Error, err.Error())
-	}
-	sp.End()
+	p.tel.FinishCall(ctx, sp, c)
 }
 
 // finishMany records the batch's outcome: metrics per key, as Get's, and
@@ -184,28 +147,15 @@ func (p *Pipeline[V]) finishMany(ctx context.Context, sp trace.Span, b *manyCall
 		if r.FailedOpen {
 			open++
 		}
-		if p.tel.Metering() {
-			if r.Cause != nil {
-				p.tel.Fallback(ctx, r.Source.String(), reason(r.Cause))
-			}
+		if r.Cause != nil {
+			p.tel.FellBack(ctx, r.Source.String(), reason(r.Cause))
 		}
 	}
-	if sp == nil {
-		return
-	}
-	for i, n := range counts {
-		if n > 0 {
-			sp.SetAttributes(attribute.Int("herdguard.keys."+sourceNames[i], n))
-		}
-	}
-	sp.SetAttributes(attrOpenKeys.Int(open), attrFailedKeys.Int(len(b.errs)))
-	if open > 0 {
-		sp.SetAttributes(telemetry.FailedOpen.Bool(true))
-	}
+	var err error
 	if len(b.errs) > 0 {
-		sp.SetStatus(codes.Error, b.errs.Error())
+		err = b.errs
 	}
-	sp.End()
+	p.tel.FinishBatch(sp, sourceNames[:], counts[:], open, len(b.errs), err)
 }
 
 func fromEntry[V any](e *rcache.Entry[V], src Source) (Result[V], error) {

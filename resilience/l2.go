@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -12,7 +11,6 @@ import (
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
-	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -36,7 +34,7 @@ func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (rcache.Entry[V], c
 		return got{e, f}, err
 	})
 	if err != nil && coord.Classify(ctx, err) == coord.Data {
-		p.corrupt(ctx, sp, err)
+		p.tel.CorruptEntry(ctx, sp)
 		g, err = got{f: cache.Miss}, nil
 	}
 	if sp != nil {
@@ -48,36 +46,17 @@ func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (rcache.Entry[V], c
 	return g.e, g.f, err
 }
 
-// corrupt records a per-key data problem in L2: treated as a miss.
-func (p *Pipeline[V]) corrupt(ctx context.Context, sp trace.Span, err error) {
-	if sp != nil {
-		// The error is not attached: it names the key, and keys stay off
-		// spans unless asked.
-		sp.AddEvent("unusable data at the key; treated as a miss")
-	}
-	if p.tel.Metering() {
-		p.tel.Corrupt(ctx, "l2")
-	}
-	p.logs.CorruptEntry(ctx)
-}
-
-// failOpen records that a call went on without Redis.
+// failOpen records that a call went on without Redis, for the reason
+// the metrics give: the breaker's refusal, Redis's ACL refusing the
+// pipeline (misconfigured: credentials or ACL), or the service failing.
 func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, err error) {
 	why := p.co.FailReason()
 	if coord.Classify(ctx, err) == coord.Refused {
 		why = "breaker_open"
 	} else if isDenied(err) {
-		why = "redis_denied" // misconfigured: credentials or ACL
+		why = "redis_denied"
 	}
-	if sp != nil {
-		sp.SetAttributes(telemetry.FailedOpen.Bool(true), telemetry.FailOpenReason.String(why))
-		sp.AddEvent("failed open", trace.WithAttributes(telemetry.FailOpenReason.String(why)))
-		// Handled: the call goes on. The span keeps its status unset.
-	}
-	if p.tel.Metering() {
-		p.tel.FailOpen(ctx, op+":"+why)
-	}
-	p.logs.FailedOpen(ctx, op, why, err)
+	p.tel.FailedOpen(ctx, sp, op, why, err)
 }
 
 // store writes a loaded entry to L2 and L1. Under a grant, the write goes
@@ -87,7 +66,7 @@ func (p *Pipeline[V]) failOpen(ctx context.Context, sp trace.Span, op string, er
 // newer value exists, or may.
 func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], g *coord.Grant, o *outcome[V]) {
 	if g != nil && g.Lost.Load() {
-		p.leaseLost(ctx, nil)
+		p.tel.LeaseLost(ctx, nil)
 		return
 	}
 	if p.l2 != nil && !o.res.FailedOpen {
@@ -114,12 +93,12 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 		}
 		switch {
 		case errors.Is(err, backend.ErrLockLost):
-			p.leaseLost(ctx, sp)
+			p.tel.LeaseLost(ctx, sp)
 			return
 		case errors.Is(err, cache.ErrExpiredEntry):
 			// Nothing to keep: the entry's grace ended while it loaded.
 		case err != nil && coord.Classify(ctx, err) == coord.Data:
-			p.corrupt(ctx, sp, err) // L1 needs no encoding: keep it there
+			p.tel.CorruptEntry(ctx, sp) // L1 needs no encoding: keep it there
 		case err != nil:
 			o.failOpen(err)
 			p.failOpen(ctx, sp, "l2_set", err)
@@ -132,36 +111,6 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 		}
 	}
 	p.fillL1(key, e, o)
-}
-
-// leaseLost records a holder that found its lease gone before writing.
-func (p *Pipeline[V]) leaseLost(ctx context.Context, sp trace.Span) {
-	if sp == nil {
-		sp = trace.SpanFromContext(ctx)
-	}
-	sp.AddEvent("lease lost before the write-back; value not written")
-	if p.tel.Metering() {
-		p.tel.FailOpen(ctx, "l2_set:lease_lost")
-	}
-	p.logs.LostLease(ctx)
-}
-
-// decryptFailed records an L2 entry that did not decrypt, and reports
-// whether err was one: a miss, counted as herdguard.cache.corrupt with
-// herdguard.reason=decrypt_failed, and logged (at most once a minute, with the
-// corrupt entries) with the reason, which names key ids and never keys
-// or key material. It is the first sign of a rotation step deployed out of
-// order.
-func (p *Pipeline[V]) decryptFailed(err error) bool {
-	if !errors.Is(err, keyring.ErrDecrypt) {
-		return false
-	}
-	ctx := context.Background()
-	if p.tel.Metering() {
-		p.tel.DecryptFailed(ctx, "l2")
-	}
-	p.logs.DecryptFailed(ctx, strings.TrimPrefix(err.Error(), keyring.ErrDecrypt.Error()+": "))
-	return true
 }
 
 // l2Many is the batch's Redis read without Lock: one round trip, then one
@@ -201,7 +150,7 @@ func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFu
 		g := gots[i]
 		switch {
 		case g.Err != nil:
-			p.corrupt(ctx, nil, g.Err)
+			p.tel.CorruptEntry(ctx, nil)
 		case g.Freshness == cache.Fresh:
 			p.fillL1(k, g.Entry, out.o)
 			out.o.res, out.err = fromEntry(&g.Entry, SourceL2)
@@ -292,7 +241,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 		case errors.Is(werr, cache.ErrExpiredEntry):
 			release = appendLease(release, it.lease)
 		case coord.Classify(ctx, werr) == coord.Data:
-			p.corrupt(ctx, sp, werr) // L1 needs no encoding: keep it there
+			p.tel.CorruptEntry(ctx, sp) // L1 needs no encoding: keep it there
 			release = appendLease(release, it.lease)
 		default:
 			if err == nil {
@@ -304,7 +253,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 		p.fillL1(it.key, w.Entry, out.o)
 	}
 	for range lost {
-		p.leaseLost(ctx, sp)
+		p.tel.LeaseLost(ctx, sp)
 	}
 	if sp != nil && refused > 0 {
 		sp.AddEvent("writes refused: a newer fence wrote the key", trace.WithAttributes(attrKeys.Int(refused)))

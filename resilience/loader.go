@@ -110,7 +110,7 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 		}
 		switch {
 		case it.lease != nil && it.lost.Load():
-			p.leaseLost(ctx, nil)
+			p.tel.LeaseLost(ctx, nil)
 			release = append(release, it.lease)
 		case p.l2 != nil && !out.o.res.FailedOpen:
 			w := rcache.Write[V]{Key: it.key, Entry: e}

@@ -39,7 +39,7 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		defer sp.End()
 	}
 	if err == nil {
-		p.lockOutcome(ctx, sp, "acquired", pd.start, lk.Lease)
+		p.tel.LockOutcome(ctx, sp, "acquired", pd.start, lk.Lease)
 		if lk.ReadFailed != nil {
 			o.failOpen(lk.ReadFailed)
 		}
@@ -52,24 +52,8 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 // already recorded by the look).
 func (p *Pipeline[V]) loadUnlocked(ctx context.Context, sp trace.Span, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
 	o.failOpen(err)
-	p.lockOutcome(ctx, sp, "failed_open", start, nil)
+	p.tel.LockOutcome(ctx, sp, "failed_open", start, nil)
 	return p.loadAndStore(ctx, key, load, nil, o)
-}
-
-func (p *Pipeline[V]) lockOutcome(ctx context.Context, sp trace.Span, outcome string, start time.Time, lease *backend.Lease) {
-	waited := time.Since(start)
-	if sp != nil {
-		sp.SetAttributes(telemetry.LockOutcome.String(outcome), telemetry.LockWaitMS.Float64(float64(waited)/float64(time.Millisecond)))
-		if lease != nil {
-			sp.SetAttributes(telemetry.LockFence.Int64(lease.Fence()))
-			if lease.TookOver() {
-				sp.AddEvent("took the lock over from a holder that stopped beating")
-			}
-		}
-	}
-	if p.tel.Metering() {
-		p.tel.LockWait(ctx, outcome, waited)
-	}
 }
 
 // holdAndLoad is the winner's part: load, write (only while the lease
@@ -167,7 +151,7 @@ func (p *Pipeline[V]) sortLooks(ctx context.Context, keys []string, looks []coor
 		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
 			p.fillL1(k, e, out.o)
 			if src == SourceWaited {
-				p.lockOutcome(ctx, nil, "waited", start, nil)
+				p.tel.LockOutcome(ctx, nil, "waited", start, nil)
 			}
 			out.o.res, out.err = fromEntry(&e, src)
 			out.set = true
@@ -176,7 +160,7 @@ func (p *Pipeline[V]) sortLooks(ctx context.Context, keys []string, looks []coor
 			// without the lock (counted by Decode).
 			items = append(items, &loadItem{key: k})
 		case lk.Err == nil:
-			p.lockOutcome(ctx, nil, "acquired", start, lk.Lease)
+			p.tel.LockOutcome(ctx, nil, "acquired", start, lk.Lease)
 			items = append(items, heldItem(k, lk))
 		case errors.Is(lk.Err, backend.ErrNotAcquired):
 			if keepStale && p.swr && f == cache.Stale && !e.NotFound {
@@ -202,10 +186,10 @@ func (p *Pipeline[V]) sortLooks(ctx context.Context, keys []string, looks []coor
 func (p *Pipeline[V]) lookFailed(ctx context.Context, k string, err error, out *keyOut[V], start time.Time) *loadItem {
 	switch coord.Classify(ctx, err) {
 	case coord.Data:
-		p.corrupt(ctx, nil, err)
+		p.tel.CorruptEntry(ctx, nil)
 		return &loadItem{key: k}
 	case coord.Infra, coord.Refused:
-		p.lockOutcome(ctx, nil, "failed_open", start, nil)
+		p.tel.LockOutcome(ctx, nil, "failed_open", start, nil)
 		return &loadItem{key: k, failOpen: err}
 	}
 	out.err, out.set = err, true

@@ -28,11 +28,8 @@ type LoadManyFunc[V any] func(ctx context.Context, keys []string) (map[string]V,
 // have one.
 const spanGetMany = "resilience.get_many"
 
-var (
-	attrKeys       = attribute.Key("herdguard.keys")
-	attrFailedKeys = attribute.Key("herdguard.keys.failed")
-	attrOpenKeys   = attribute.Key("herdguard.keys.failed_open")
-)
+// attrKeys is the attribute of a batch's number of keys.
+var attrKeys = attribute.Key("herdguard.keys")
 
 // GetMany returns the values of keys, as [Pipeline.GetResult] would for
 // each, at the cost of one batch: the in-process cache first; then, for

@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"context"
 	"errors"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -28,20 +27,18 @@ func keyErrors(err error) (map[string]error, bool) {
 	return ke, ok
 }
 
-// breakerObserver returns the OnStateChange of the pipeline's breakers: the
-// user's callbacks, then a metric. Breakers call it outside their locks.
+// breakerObserver returns the OnStateChange of the pipeline's breakers:
+// the transition recorded (logged, and in a metric), then the user's
+// callbacks. Breakers call it outside their locks.
 func (p *Pipeline[V]) breakerObserver(own, all func(string, breaker.State, breaker.State)) func(string, breaker.State, breaker.State) {
 	return func(name string, from, to breaker.State) {
-		p.logs.BreakerChange(name, from, to)
+		p.tel.BreakerChanged(name, from, to)
 		for _, fn := range [...]func(string, breaker.State, breaker.State){own, all} {
 			if fn != nil {
 				// A panic there must not take down the call that
 				// happened to move the breaker.
 				_ = callHook("on_state_change", func() { fn(name, from, to) })
 			}
-		}
-		if p.tel != nil && p.tel.Metering() {
-			p.tel.BreakerState(context.Background(), name, int64(to))
 		}
 	}
 }

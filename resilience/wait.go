@@ -51,21 +51,21 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		lk, lerr := p.co.LookOrLock(ctx, key, announced, o.want())
 		switch {
 		case lerr == nil && lk.Lease != nil:
-			p.lockOutcome(ctx, sp, "acquired", start, lk.Lease)
+			p.tel.LockOutcome(ctx, sp, "acquired", start, lk.Lease)
 			if lk.ReadFailed != nil {
 				o.failOpen(lk.ReadFailed)
 			}
 			err = p.holdAndLoad(ctx, key, load, lk.Lease, o, lk.G)
 		case lerr == nil:
 			p.fillL1(key, lk.E, o)
-			p.lockOutcome(ctx, sp, "waited", start, nil)
+			p.tel.LockOutcome(ctx, sp, "waited", start, nil)
 			o.res, err = fromEntry(&lk.E, SourceWaited)
 		case errors.Is(lerr, backend.ErrNotAcquired):
 			return keys
 		case ctx.Err() != nil:
 			err = lerr
 		case coord.Classify(ctx, lerr) == coord.Data:
-			p.lockOutcome(ctx, sp, "timeout", start, nil)
+			p.tel.LockOutcome(ctx, sp, "timeout", start, nil)
 			err = p.loadAndStore(ctx, key, load, nil, o)
 		default:
 			err = p.loadUnlocked(ctx, sp, lerr, key, load, o, start)
@@ -73,7 +73,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		return nil
 	}
 	spent := func(ctx context.Context, _ []string) {
-		p.lockOutcome(ctx, sp, "timeout", start, nil)
+		p.tel.LockOutcome(ctx, sp, "timeout", start, nil)
 		if wsp != nil {
 			wsp.AddEvent("MaxWait spent while the holder lives; loading unlocked")
 		}
@@ -99,7 +99,7 @@ func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[str
 	spent := func(ctx context.Context, pending []string) {
 		items := make([]*loadItem, len(pending))
 		for i, k := range pending {
-			p.lockOutcome(ctx, nil, "timeout", start, nil)
+			p.tel.LockOutcome(ctx, nil, "timeout", start, nil)
 			items[i] = &loadItem{key: k}
 		}
 		p.duplicates(ctx, dupMaxWait, len(items))
@@ -131,7 +131,7 @@ func (p *Pipeline[V]) lookAgain(ctx context.Context, woken []string, load LoadMa
 				outs[k].err, outs[k].set = err, true
 				continue
 			}
-			p.lockOutcome(ctx, nil, "failed_open", start, nil)
+			p.tel.LockOutcome(ctx, nil, "failed_open", start, nil)
 			items = append(items, &loadItem{key: k, failOpen: err})
 		}
 		p.loadBatch(ctx, items, load, outs)

@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"context"
 	"errors"
 	"reflect"
 	"time"
@@ -64,7 +63,7 @@ func (p *Pipeline[V]) wireBackend(c config[V]) error {
 func (p *Pipeline[V]) wire(c config[V], build func(coord.Options, coord.Deps[V]) (*coord.Wired[V], error), o coord.Options) error {
 	p.writes.origin = newOrigin()
 	o.Namespace, o.Lock, o.Heartbeat = c.name, c.lockOn, lockDefaults(c.lock).Heartbeat
-	o.OnCorrupt, o.Hooks = p.l2Corrupt, p.writeHooks()
+	o.OnCorrupt, o.Hooks = p.tel.Undecodable, p.writeHooks()
 	w, err := build(o, p.deps())
 	if err != nil {
 		var se *coord.SettingError
@@ -130,16 +129,6 @@ func isNil(v any) bool {
 	}
 	r := reflect.ValueOf(v)
 	return r.Kind() == reflect.Pointer && r.IsNil()
-}
-
-// l2Corrupt hears the L2 store's reads of bytes that do not decode.
-func (p *Pipeline[V]) l2Corrupt(_ string, err error) {
-	if p.decryptFailed(err) {
-		return
-	}
-	if p.tel.Metering() {
-		p.tel.Corrupt(context.Background(), "l2")
-	}
 }
 
 // l2Attrs is the attributes of an L2 client span: db.system.name and

@@ -107,10 +107,9 @@ type Deps[V any] struct {
 	// own: the pipeline's background work, which Close waits for.
 	Release     func(ctx context.Context, key string, lease *backend.Lease)
 	ReleaseMany func(ctx context.Context, leases []*backend.Lease)
-	// FailOpen records that a call went on without the service; Corrupt
-	// records a per-key data problem in L2, treated as a miss.
+	// FailOpen records that a call went on without the service. (A
+	// per-key data problem in L2, a miss, is Tel.CorruptEntry.)
 	FailOpen func(ctx context.Context, sp trace.Span, op string, err error)
-	Corrupt  func(ctx context.Context, sp trace.Span, err error)
 	// Check is Pipeline.Check for the service (check.go: the ACL probes,
 	// or the backend's Ping); nil for the embedded default, which has
 	// nothing to check.

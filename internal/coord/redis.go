@@ -100,7 +100,7 @@ func (c *redisCoord[V]) LookOrLock(ctx context.Context, key string, likely bool,
 	}
 	switch Classify(ctx, err) {
 	case Data:
-		d.Corrupt(ctx, sp, err)
+		d.Tel.CorruptEntry(ctx, sp)
 	case Infra, Refused, Canceled:
 		d.FailOpen(ctx, sp, "l2_get", err)
 	}
