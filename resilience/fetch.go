@@ -269,6 +269,16 @@ func (p *Pipeline[V]) fillL1(key string, e rcache.Entry[V], o *outcome[V]) {
 	p.writes.gens.Fill(key, o.gen, func() { p.l1.Set(key, e) })
 }
 
+// capL1 keeps an entry's L1 freshness within L1TTL.
+func (p *Pipeline[V]) capL1(e *rcache.Entry[V]) {
+	if limit := time.Now().Add(p.l1TTL); e.Expires.After(limit) {
+		e.Expires = limit
+		if e.StaleUntil.Before(limit) {
+			e.StaleUntil = limit
+		}
+	}
+}
+
 // recoverPanic, deferred, turns a panic of the named stage into a
 // [*PanicError] in *err. It is the pipeline's one recoverer: the stages
 // that run user code (the loader, the default) defer it, and so does

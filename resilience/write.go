@@ -141,16 +141,6 @@ func (p *Pipeline[V]) writeOptions() rcache.WriteOptions {
 	return rcache.WriteOptions{Origin: p.writes.origin, FenceRetention: lock.DefaultFenceRetention, Hold: p.invalidateHold()}
 }
 
-// capL1 keeps an entry's L1 freshness within L1TTL.
-func (p *Pipeline[V]) capL1(e *rcache.Entry[V]) {
-	if limit := time.Now().Add(p.l1TTL); e.Expires.After(limit) {
-		e.Expires = limit
-		if e.StaleUntil.Before(limit) {
-			e.StaleUntil = limit
-		}
-	}
-}
-
 // dropLocal removes key from L1 and keeps loads that began before from
 // putting it back.
 func (p *Pipeline[V]) dropLocal(key string) {
