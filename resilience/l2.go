@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -19,10 +20,8 @@ import (
 // A per-key data problem is a miss (counted); an error means the call
 // fails open: it goes on without L2.
 func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(p.l2Attrs("HGET", "Load")...))
+	ctx, sp := p.l2Span(ctx, telemetry.SpanL2, "HGET", "Load", attribute.KeyValue{})
+	if sp != nil {
 		defer sp.End()
 	}
 	type got struct {
@@ -44,6 +43,21 @@ func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (rcache.Entry[V], c
 		p.failOpen(ctx, sp, "l2_get", err)
 	}
 	return g.e, g.f, err
+}
+
+// l2Span starts the client span of an L2 operation named name, when
+// tracing is on (nil otherwise): Redis's command or the backend's method,
+// and more unless it is the zero KeyValue (a value, not a variadic list,
+// so that a call without tracing builds no slice).
+func (p *Pipeline[V]) l2Span(ctx context.Context, name, redisOp, backendOp string, more attribute.KeyValue) (context.Context, trace.Span) {
+	if !p.tel.Tracing() {
+		return ctx, nil
+	}
+	as := p.co.L2Attrs(redisOp, backendOp)
+	if more.Valid() {
+		as = append(as, more)
+	}
+	return p.tel.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(as...))
 }
 
 // failOpen records that a call went on without Redis, for the reason
@@ -70,10 +84,8 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 		return
 	}
 	if p.l2 != nil && !o.res.FailedOpen {
-		var sp trace.Span
-		if p.tel.Tracing() {
-			ctx, sp = p.tel.Start(ctx, telemetry.SpanWriteBack, trace.WithSpanKind(trace.SpanKindClient),
-				trace.WithAttributes(p.l2Attrs("EVALSHA", "Save", telemetry.LockFence.Int64(e.Fence))...))
+		ctx, sp := p.l2Span(ctx, telemetry.SpanWriteBack, "EVALSHA", "Save", telemetry.LockFence.Int64(e.Fence))
+		if sp != nil {
 			defer sp.End()
 		}
 		// With L2, a grant is always of L2's own lock (Redis's, or the
@@ -116,12 +128,7 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 // l2Many is the batch's Redis read without Lock: one round trip, then one
 // loader call for the misses.
 func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
-	var sp trace.Span
-	lctx := ctx
-	if p.tel.Tracing() {
-		lctx, sp = p.tel.Start(ctx, telemetry.SpanL2, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(p.l2Attrs("HGET", "Load", attrKeys.Int(len(keys)))...))
-	}
+	lctx, sp := p.l2Span(ctx, telemetry.SpanL2, "HGET", "Load", attrKeys.Int(len(keys)))
 	gots, err := coord.Do(lctx, p.redisGuard, func(ctx context.Context) ([]rcache.Got[V], error) {
 		gs, err := p.l2.GetMany(ctx, keys)
 		if err != nil {
@@ -187,10 +194,8 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 	if len(writes) == 0 {
 		return nil
 	}
-	var sp trace.Span
-	if p.tel.Tracing() {
-		ctx, sp = p.tel.Start(ctx, telemetry.SpanWriteBack, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(p.l2Attrs("EVALSHA", "Save", attrKeys.Int(len(writes)))...))
+	ctx, sp := p.l2Span(ctx, telemetry.SpanWriteBack, "EVALSHA", "Save", attrKeys.Int(len(writes)))
+	if sp != nil {
 		defer sp.End()
 	}
 	ws, err := coord.Do(ctx, p.redisGuard, func(ctx context.Context) ([]rcache.Written, error) {

@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/internal/coord"
 )
@@ -129,10 +127,4 @@ func isNil(v any) bool {
 	}
 	r := reflect.ValueOf(v)
 	return r.Kind() == reflect.Pointer && r.IsNil()
-}
-
-// l2Attrs is the attributes of an L2 client span: db.system.name and
-// the operation, Redis's command or the backend's method.
-func (p *Pipeline[V]) l2Attrs(redisOp, backendOp string, more ...attribute.KeyValue) []attribute.KeyValue {
-	return p.co.L2Attrs(redisOp, backendOp, more...)
 }
