@@ -70,7 +70,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 	if p.locker != nil {
 		// Announcements delivered from now on reach the subscription that
 		// a wait takes after the looks below, however late (see
-		// subscribe): a look that finds the value needs none.
+		// await): a look that finds the value needs none.
 		pd.mark = p.co.Mark()
 	}
 	if p.l1 != nil && !o.refresh {

@@ -20,21 +20,14 @@ import (
 // backoff poll as the safety net; each look goes through the seam's look
 // that also tries the lock.
 
-// subscribe subscribes to key's announcements for a wait, given the
-// notifier's mark taken before the look that found the lock held: an
-// announcement delivered since then signals the channel at once. Looks
-// that find the value therefore never subscribe, and a wait loses no
-// wake-up. lookNow says the notifier keeps no marks: look once before
-// waiting.
-func (p *Pipeline[V]) subscribe(key string, mark uint64) (woken <-chan struct{}, unsubscribe func(), lookNow bool) {
-	return p.co.Subscribe(key, mark)
-}
-
 // await is a waiter's part for one key: the wait loop over one key, on
-// the key's own subscription (no fan-in). mark was taken before the look
-// that found the lock held.
+// the key's own subscription (no fan-in). mark is the notifier's, taken
+// before the look that found the lock held: an announcement delivered
+// since then signals the subscription at once, so looks that find the
+// value never subscribe, and a wait loses no wake-up (lookNow: the
+// notifier keeps no marks, look once before waiting).
 func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, mark uint64) (err error) {
-	woken, unsubscribe, lookNow := p.subscribe(key, mark)
+	woken, unsubscribe, lookNow := p.co.Subscribe(key, mark)
 	defer unsubscribe()
 	var wsp trace.Span
 	if p.tel.Tracing() {
