@@ -39,21 +39,19 @@ func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[
 		defer sp.End()
 	}
 	if err == nil {
-		p.tel.LockOutcome(ctx, sp, "acquired", pd.start, lk.Lease)
-		if lk.ReadFailed != nil {
-			o.failOpen(lk.ReadFailed)
-		}
-		return p.holdAndLoad(ctx, key, load, lk.Lease, o, lk.G)
+		return p.won(ctx, sp, key, load, o, pd.start, &lk)
 	}
 	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // backend.ErrNotAcquired
 }
 
-// loadUnlocked loads without the lock because the service failed (err,
-// already recorded by the look).
-func (p *Pipeline[V]) loadUnlocked(ctx context.Context, sp trace.Span, err error, key string, load LoadFunc[V], o *outcome[V], start time.Time) error {
-	o.failOpen(err)
-	p.tel.LockOutcome(ctx, sp, "failed_open", start, nil)
-	return p.loadAndStore(ctx, key, load, nil, o)
+// won is the part of a key's look (begun at start) that won the lock:
+// recorded on sp, then held and loaded.
+func (p *Pipeline[V]) won(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, lk *coord.Look[V]) error {
+	p.tel.LockOutcome(ctx, sp, "acquired", start, lk.Lease)
+	if lk.ReadFailed != nil {
+		o.failOpen(lk.ReadFailed)
+	}
+	return p.holdAndLoad(ctx, key, load, lk.Lease, o, lk.G)
 }
 
 // holdAndLoad is the winner's part: load, write (only while the lease

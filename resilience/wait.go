@@ -44,11 +44,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		lk, lerr := p.co.LookOrLock(ctx, key, announced, o.want())
 		switch {
 		case lerr == nil && lk.Lease != nil:
-			p.tel.LockOutcome(ctx, sp, "acquired", start, lk.Lease)
-			if lk.ReadFailed != nil {
-				o.failOpen(lk.ReadFailed)
-			}
-			err = p.holdAndLoad(ctx, key, load, lk.Lease, o, lk.G)
+			err = p.won(ctx, sp, key, load, o, start, &lk)
 		case lerr == nil:
 			p.fillL1(key, lk.E, o)
 			p.tel.LockOutcome(ctx, sp, "waited", start, nil)
@@ -60,8 +56,10 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		case coord.Classify(ctx, lerr) == coord.Data:
 			p.tel.LockOutcome(ctx, sp, "timeout", start, nil)
 			err = p.loadAndStore(ctx, key, load, nil, o)
-		default:
-			err = p.loadUnlocked(ctx, sp, lerr, key, load, o, start)
+		default: // the service failed (recorded by the look): load without it
+			o.failOpen(lerr)
+			p.tel.LockOutcome(ctx, sp, "failed_open", start, nil)
+			err = p.loadAndStore(ctx, key, load, nil, o)
 		}
 		return nil
 	}
