@@ -16,6 +16,7 @@ import (
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rlock"
+	"github.com/herdguard/herdguard/internal/settings"
 	"github.com/herdguard/herdguard/lock"
 )
 
@@ -27,104 +28,33 @@ import (
 // one of [backend.Backend.Open] wrapped (errors.Is finds it).
 func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	c := b.c
-	errs := c.errs
-	bad := func(field, problem string) {
-		errs = append(errs, &ConfigError{Pipeline: c.name, Field: field, Problem: problem})
+	// The refusals of the builder's methods come first, then the problems
+	// that the rules of package settings find over the settings together.
+	c.Config = c.WithDefaults(defaults)
+	errs := make([]error, 0, len(c.errs))
+	for _, e := range c.errs {
+		errs = append(errs, e)
 	}
-	if c.name == "" {
-		bad("New", "the pipeline needs a name: it appears in errors, spans, metrics and Redis keys")
-	}
-	if c.keyless {
-		for _, s := range []struct {
-			on    bool
-			field string
-		}{{c.cacheOn, "Cache"}, {c.lockOn, "Lock"}, {c.redis != nil, "Redis"}, {c.backend != nil, "Backend"}, {c.singleFlight, "SingleFlight"},
-			{c.grace > 0, "Stale"}, {c.negativeTTL > 0, "NegativeTTL"}} {
-			if s.on {
-				bad(s.field, "needs a key, but the pipeline is Keyless: remove one of the two")
-			}
-		}
-	} else if c.callTimeout > 0 {
-		bad("CallTimeout", "bounds Do, which only a Keyless pipeline has; keyed calls are bounded by FlightTimeout and the caller's context")
-	}
-	needsCache := []struct {
-		on    bool
-		field string
-	}{{c.redis != nil, "Redis"}, {c.backend != nil, "Backend"}, {c.lockOn, "Lock"}, {c.grace > 0, "Stale"}, {c.negativeTTL > 0, "NegativeTTL"},
-		{c.swr, "StaleWhileRevalidate"}, {c.earlyBeta > 0, "EarlyRefresh"}, {c.l1TTL > 0, "L1TTL"}, {c.maxEntries > 0, "MaxEntries"}}
-	if !c.cacheOn && !c.keyless {
-		for _, s := range needsCache {
-			if s.on {
-				bad(s.field, "needs a cache to keep values in: add Cache(ttl)")
-			}
-		}
-	}
-	if c.redis != nil && c.backend != nil {
-		bad("Backend", "replaces Redis: a pipeline coordinates through Redis or a Backend, not both; remove one of the two")
-	}
-	if c.swr && c.grace <= 0 {
-		bad("StaleWhileRevalidate", "serves stale copies, so it needs Stale(grace)")
-	}
-	if c.l1TTL > 0 && c.ttl > 0 && c.l1TTL > c.ttl {
-		bad("L1TTL", "must not be longer than the Cache ttl, or processes would serve values Redis has already replaced")
-	}
-	if c.negativeTTL > 0 && c.ttl > 0 && c.negativeTTL > c.ttl {
-		bad("NegativeTTL", "should be shorter than the Cache ttl: a not-found is cached briefly")
-	}
-	if c.retryOn {
-		if p := loadcall.Retry(c.retry).Validate(); p != "" {
-			bad("Retry", p)
-		}
-	}
-	if c.lockOn {
-		l := c.lock
-		for _, d := range []struct {
-			name string
-			d    time.Duration
-		}{{"Lease", l.Lease}, {"MaxWait", l.MaxWait}, {"Poll", l.Poll}, {"Heartbeat", l.Heartbeat}} {
-			if d.d < 0 {
-				bad("Lock", d.name+" must not be negative (zero takes the default)")
-			}
-		}
-	}
-	if !c.timeoutSet && !c.keyless {
-		// A Keyless call runs on its caller's context (and CallTimeout):
-		// without Timeout, it has no attempt timeout of its own.
-		c.timeout = DefaultTimeout
-	}
-	if c.flightTimeout == 0 {
-		c.flightTimeout = DefaultFlightTimeout
-	}
-	if !c.keyless && c.flightTimeout < c.timeout {
-		bad("FlightTimeout", "must be at least Timeout, or no loader attempt could finish")
+	w := settings.Wiring{Name: c.name, Redis: c.redis != nil, Backend: c.backend != nil, LockOn: c.lockOn, Lock: settings.Lock(c.lock)}
+	for _, pr := range c.Check(w) {
+		errs = append(errs, &ConfigError{Pipeline: c.name, Field: pr.Field, Problem: pr.Problem})
 	}
 	if len(errs) > 0 {
-		joined := make([]error, len(errs))
-		for i, e := range errs {
-			joined[i] = e
-		}
-		return nil, errors.Join(joined...)
+		return nil, errors.Join(errs...)
 	}
 
 	p := &Pipeline[V]{
-		name: c.name, keyless: c.keyless,
-		ttl: c.ttl, l1TTL: c.l1TTL, negTTL: c.negativeTTL, grace: c.grace,
-		swr: c.swr, beta: c.earlyBeta,
-		timeout: c.timeout, callTimeout: c.callTimeout, flightTimeout: c.flightTimeout,
+		name: c.name, keyless: c.Keyless,
+		ttl: c.TTL, l1TTL: c.L1TTL, negTTL: c.NegativeTTL, grace: c.Grace,
+		jitter: c.Jitter, swr: c.StaleWhileRevalidate, beta: c.EarlyBeta,
+		timeout: c.Timeout, callTimeout: c.CallTimeout, flightTimeout: c.FlightTimeout,
 	}
 	p.lc = loadcall.Caller{
-		Timeout: c.timeout, IsFailure: c.isFailure, Loads: &p.stats.loads,
+		Timeout: c.Timeout, IsFailure: c.isFailure, Loads: &p.stats.loads,
 		Panicked: panicError, IsPanic: isPanic,
 		KeyErrors: keyErrors,
 	}
 	p.writes.clone = c.clone
-	p.jitter = DefaultJitter
-	if c.jitterSet {
-		p.jitter = c.jitter
-	}
-	if p.l1TTL == 0 {
-		p.l1TTL = p.ttl
-	}
 	tel, err := obs.New(obs.Scope, obs.Version(), c.name, c.telemetry)
 	if err != nil {
 		return nil, err
@@ -136,8 +66,8 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		pe := panicked("pipeline", v)
 		p.tel.Log.Panicked(ctx, pe.Value, pe.Stack)
 	}
-	if c.retryOn {
-		r := loadcall.Retry(c.retry).WithDefaults()
+	if c.Retry != nil {
+		r := c.Retry.WithDefaults()
 		p.lc.Retry = &r
 	}
 	if c.breakerOn {
@@ -155,10 +85,10 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		p.lc.Breaker = p.br
 	}
 	p.fb = fallback.Chain[V]{Default: safeDefault(c.defaultFn), Handles: p.lc.IsLoadFailure}
-	if c.cacheOn {
-		p.l1 = rcache.NewMemory[V](rcache.MemoryOptions{MaxEntries: c.maxEntries})
+	if c.Cache {
+		p.l1 = rcache.NewMemory[V](rcache.MemoryOptions{MaxEntries: c.MaxEntries})
 	}
-	if c.singleFlight || c.lockOn {
+	if c.SingleFlight || c.lockOn {
 		p.group = new(flightGroup[V])
 	}
 	if c.lockOn {
@@ -218,21 +148,20 @@ func (p *Pipeline[V]) l1Read(_ context.Context, key string) (rcache.Entry[V], ca
 	return *e, f, nil
 }
 
+// defaults are the builder's defaults (settings.go) as package settings
+// takes them.
+var defaults = settings.Defaults{
+	Timeout: DefaultTimeout, FlightTimeout: DefaultFlightTimeout, Jitter: DefaultJitter,
+	Lock: settings.Lock{
+		Lease: DefaultLockLease, MaxWait: DefaultLockMaxWait, Heartbeat: DefaultLockHeartbeat,
+		Poll: 200 * time.Millisecond,
+	},
+}
+
+// lockDefaults is l with the defaults of its zero fields (see
+// [LockSettings]), and its heartbeat capped at a third of its lease.
 func lockDefaults(l LockSettings) LockSettings {
-	if l.Lease == 0 {
-		l.Lease = DefaultLockLease
-	}
-	if l.MaxWait == 0 {
-		l.MaxWait = DefaultLockMaxWait
-	}
-	if l.Poll == 0 {
-		l.Poll = 200 * time.Millisecond
-	}
-	if l.Heartbeat == 0 {
-		l.Heartbeat = DefaultLockHeartbeat
-	}
-	l.Heartbeat = min(l.Heartbeat, l.Lease/3)
-	return l
+	return LockSettings(settings.Lock(l).WithDefaults(defaults.Lock))
 }
 
 // safeDefault wraps the user's Default so that a panic there becomes a

@@ -12,6 +12,8 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/loadcall"
+	"github.com/herdguard/herdguard/internal/settings"
 	"github.com/herdguard/herdguard/keyring"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -23,32 +25,16 @@ type Builder[V any] struct {
 	c config[V]
 }
 
+// config is what the builder records: the settings the rules read
+// (settings.Config, checked by Build), and beside them the ones the
+// wiring reads (wire.go), the callbacks and the problems found so far.
 type config[V any] struct {
-	name    string
-	keyless bool
+	settings.Config
 
-	cacheOn     bool
-	ttl         time.Duration
-	l1TTL       time.Duration
-	maxEntries  int
-	jitter      float64
-	jitterSet   bool
-	negativeTTL time.Duration
-	grace       time.Duration
-	swr         bool
-	earlyBeta   float64
-
-	singleFlight bool
+	name string
 
 	breakerOn bool
 	breaker   breaker.Settings
-
-	timeout       time.Duration
-	timeoutSet    bool
-	callTimeout   time.Duration
-	flightTimeout time.Duration
-	retryOn       bool
-	retry         RetrySettings
 
 	lockOn bool
 	lock   LockSettings
@@ -96,14 +82,14 @@ func setPositive[V any, T int | float64 | time.Duration](b *Builder[V], field, a
 // [Pipeline.Do]. Build refuses key stages (cache, lock, Redis) on it.
 // Its calls run on the caller's goroutine and have no attempt timeout
 // unless [Builder.Timeout] sets one.
-func (b *Builder[V]) Keyless() *Builder[V] { b.c.keyless = true; return b }
+func (b *Builder[V]) Keyless() *Builder[V] { b.c.Keyless = true; return b }
 
 // Cache turns on the in-process cache (L1), keeping each value fresh for
 // ttl (jittered, see [Builder.Jitter]). With [Builder.Redis], ttl is also
 // the Redis cache's TTL.
 func (b *Builder[V]) Cache(ttl time.Duration) *Builder[V] {
-	if setPositive(b, "Cache", "ttl ", ttl, &b.c.ttl) {
-		b.c.cacheOn = true
+	if setPositive(b, "Cache", "ttl ", ttl, &b.c.TTL) {
+		b.c.Cache = true
 	}
 	return b
 }
@@ -113,14 +99,14 @@ func (b *Builder[V]) Cache(ttl time.Duration) *Builder[V] {
 // sooner. It must not be longer than the Cache ttl.
 // default: the Cache ttl
 func (b *Builder[V]) L1TTL(d time.Duration) *Builder[V] {
-	setPositive(b, "L1TTL", "", d, &b.c.l1TTL)
+	setPositive(b, "L1TTL", "", d, &b.c.L1TTL)
 	return b
 }
 
 // MaxEntries bounds the in-process cache.
 // default: 10,000
 func (b *Builder[V]) MaxEntries(n int) *Builder[V] {
-	setPositive(b, "MaxEntries", "", n, &b.c.maxEntries)
+	setPositive(b, "MaxEntries", "", n, &b.c.MaxEntries)
 	return b
 }
 
@@ -131,7 +117,7 @@ func (b *Builder[V]) Jitter(fraction float64) *Builder[V] {
 	if fraction < 0 || fraction >= 1 {
 		return b.fail("Jitter", "fraction must be in [0, 1), got %v", fraction)
 	}
-	b.c.jitter, b.c.jitterSet = fraction, true
+	b.c.Jitter, b.c.JitterSet = fraction, true
 	return b
 }
 
@@ -139,7 +125,7 @@ func (b *Builder[V]) Jitter(fraction float64) *Builder[V] {
 // not reach the loader on every call. Keep it short.
 // default: 0 (not-found is not cached)
 func (b *Builder[V]) NegativeTTL(d time.Duration) *Builder[V] {
-	setPositive(b, "NegativeTTL", "", d, &b.c.negativeTTL)
+	setPositive(b, "NegativeTTL", "", d, &b.c.NegativeTTL)
 	return b
 }
 
@@ -147,13 +133,13 @@ func (b *Builder[V]) NegativeTTL(d time.Duration) *Builder[V] {
 // which the fallback chain serves when the loader fails.
 // default: 0 (no stale copies)
 func (b *Builder[V]) Stale(grace time.Duration) *Builder[V] {
-	setPositive(b, "Stale", "grace ", grace, &b.c.grace)
+	setPositive(b, "Stale", "grace ", grace, &b.c.Grace)
 	return b
 }
 
 // StaleWhileRevalidate serves a stale copy at once when the value has
 // expired, and refreshes it once in the background. Needs [Builder.Stale].
-func (b *Builder[V]) StaleWhileRevalidate() *Builder[V] { b.c.swr = true; return b }
+func (b *Builder[V]) StaleWhileRevalidate() *Builder[V] { b.c.StaleWhileRevalidate = true; return b }
 
 // EarlyRefresh refreshes hot keys before they expire, in the background,
 // with probability rising as expiry nears and with the value's last load
@@ -161,13 +147,13 @@ func (b *Builder[V]) StaleWhileRevalidate() *Builder[V] { b.c.swr = true; return
 // paper's choice; larger is earlier.
 // default: off
 func (b *Builder[V]) EarlyRefresh(beta float64) *Builder[V] {
-	setPositive(b, "EarlyRefresh", "beta ", beta, &b.c.earlyBeta)
+	setPositive(b, "EarlyRefresh", "beta ", beta, &b.c.EarlyBeta)
 	return b
 }
 
 // SingleFlight coalesces concurrent calls for one key in this process into
 // one load. [Builder.Lock] turns it on too.
-func (b *Builder[V]) SingleFlight() *Builder[V] { b.c.singleFlight = true; return b }
+func (b *Builder[V]) SingleFlight() *Builder[V] { b.c.SingleFlight = true; return b }
 
 // Breaker puts a circuit breaker around the loader. Zero fields of s take
 // the breaker package's defaults: open after 5 consecutive failures, stay
@@ -191,8 +177,8 @@ func (b *Builder[V]) OnBreakerChange(fn func(name string, from, to breaker.State
 // default: 10 seconds; none on a Keyless pipeline, whose calls run on the
 // caller's goroutine, bounded by the caller's context and CallTimeout
 func (b *Builder[V]) Timeout(d time.Duration) *Builder[V] {
-	if setPositive(b, "Timeout", "", d, &b.c.timeout) {
-		b.c.timeoutSet = true
+	if setPositive(b, "Timeout", "", d, &b.c.Timeout) {
+		b.c.TimeoutSet = true
 	}
 	return b
 }
@@ -200,7 +186,7 @@ func (b *Builder[V]) Timeout(d time.Duration) *Builder[V] {
 // CallTimeout bounds a whole call to [Pipeline.Do], retries included.
 // default: none beyond the caller's context
 func (b *Builder[V]) CallTimeout(d time.Duration) *Builder[V] {
-	setPositive(b, "CallTimeout", "", d, &b.c.callTimeout)
+	setPositive(b, "CallTimeout", "", d, &b.c.CallTimeout)
 	return b
 }
 
@@ -208,14 +194,15 @@ func (b *Builder[V]) CallTimeout(d time.Duration) *Builder[V] {
 // attempts together), which runs detached from its callers' contexts.
 // default: 1 minute
 func (b *Builder[V]) FlightTimeout(d time.Duration) *Builder[V] {
-	setPositive(b, "FlightTimeout", "", d, &b.c.flightTimeout)
+	setPositive(b, "FlightTimeout", "", d, &b.c.FlightTimeout)
 	return b
 }
 
 // Retry retries failed loader attempts with exponential backoff and jitter.
 // See [RetrySettings] for the defaults.
 func (b *Builder[V]) Retry(s RetrySettings) *Builder[V] {
-	b.c.retryOn, b.c.retry = true, s
+	r := loadcall.Retry(s)
+	b.c.Retry = &r
 	return b
 }
 
