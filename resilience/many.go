@@ -2,12 +2,12 @@ package resilience
 
 import (
 	"context"
-	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/rcache"
 )
 
@@ -95,7 +95,7 @@ func (p *Pipeline[V]) GetMany(ctx context.Context, keys []string, loadMany LoadM
 		switch f {
 		case cache.Fresh:
 			if p.beta > 0 && p.refreshEarly(h) {
-				p.refreshAsync(ctx, k, oneOfMany(loadMany), h.Written())
+				p.refreshAsync(ctx, k, LoadFunc[V](loadcall.One(&p.lc, loadMany)), h.Written())
 			}
 			if h.NotFound() {
 				b.res[k] = Result[V]{Source: SourceL1, NotFound: true}
@@ -105,7 +105,7 @@ func (p *Pipeline[V]) GetMany(ctx context.Context, keys []string, loadMany LoadM
 			continue
 		case cache.Stale:
 			if p.swr && !h.NotFound() {
-				p.refreshAsync(ctx, k, oneOfMany(loadMany), h.Written())
+				p.refreshAsync(ctx, k, LoadFunc[V](loadcall.One(&p.lc, loadMany)), h.Written())
 				b.res[k] = Result[V]{Value: h.Value(), Source: SourceStale}
 				continue
 			}
@@ -191,28 +191,5 @@ func (p *Pipeline[V]) settle(ctx context.Context, b *manyCall[V], a answer[V], s
 	b.res[a.key] = r
 	if err != nil && !r.NotFound {
 		b.errs[a.key] = err
-	}
-}
-
-// oneOfMany turns a batch loader into a loader of one key, for refreshes.
-func oneOfMany[V any](load LoadManyFunc[V]) LoadFunc[V] {
-	return func(ctx context.Context, key string) (V, error) {
-		var zero V
-		m, err := load(ctx, []string{key})
-		var ke KeyErrors
-		if errors.As(err, &ke) {
-			if kerr := ke[key]; kerr != nil {
-				return zero, kerr
-			}
-			err = nil
-		}
-		if err != nil {
-			return zero, err
-		}
-		v, ok := m[key]
-		if !ok {
-			return zero, ErrNotFound
-		}
-		return v, nil
 	}
 }

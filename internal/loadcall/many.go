@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/herdguard/herdguard/cache"
 )
 
 // CallMany calls load once for keys, through the loader's breaker,
@@ -27,4 +29,28 @@ func CallMany[V any](ctx context.Context, c *Caller, keys []string, load func(co
 		return nil, nil, took, err
 	}
 	return g.vals, g.errs, took, nil
+}
+
+// One turns a batch's loader into the loader of one key (for a refresh):
+// the key's error among the per-key errors is its error; a key left out
+// of the values is not found.
+func One[V any](c *Caller, load func(context.Context, []string) (map[string]V, error)) func(context.Context, string) (V, error) {
+	return func(ctx context.Context, key string) (V, error) {
+		var zero V
+		m, err := load(ctx, []string{key})
+		if ke, ok := c.KeyErrors(err); ok {
+			if kerr := ke[key]; kerr != nil {
+				return zero, kerr
+			}
+			err = nil
+		}
+		if err != nil {
+			return zero, err
+		}
+		v, ok := m[key]
+		if !ok {
+			return zero, cache.ErrNotFound
+		}
+		return v, nil
+	}
 }

@@ -14,6 +14,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/telemetry"
 )
 
@@ -126,4 +127,35 @@ func TestCallMany_lateAttemptDoesNotAnswer(t *testing.T) {
 			t.Fatalf("CallMany = %v, %v; want the second attempt's a=2", vals, err)
 		}
 	})
+}
+
+// TestOne: the loader of one key made of a batch's loader answers with
+// the key's value, its own error among the per-key errors (another key's
+// is not its), the batch's error, or ErrNotFound for a key left out.
+func TestOne(t *testing.T) {
+	c := newCaller(t, nil)
+	errOther := errors.New("another key's")
+	for _, tc := range []struct {
+		name string
+		vals map[string]int
+		err  error
+		want int
+		werr error
+	}{
+		{"value", map[string]int{"k": 7}, nil, 7, nil},
+		{"left out", map[string]int{}, nil, 0, cache.ErrNotFound},
+		{"its key error", nil, keyErrs{"k": errBoom}, 0, errBoom},
+		{"another key's error", map[string]int{"k": 7}, keyErrs{"x": errOther}, 7, nil},
+		{"the batch's error", nil, errBoom, 0, errBoom},
+	} {
+		var asked []string
+		one := One(c, func(_ context.Context, keys []string) (map[string]int, error) {
+			asked = keys
+			return tc.vals, tc.err
+		})
+		v, err := one(context.Background(), "k")
+		if v != tc.want || !errors.Is(err, tc.werr) || (tc.werr == nil && err != nil) || !slices.Equal(asked, []string{"k"}) {
+			t.Errorf("%s: One = %v, %v after asking %v; want %v, %v after asking [k]", tc.name, v, err, asked, tc.want, tc.werr)
+		}
+	}
 }
