@@ -12,6 +12,7 @@ import (
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/coord"
+	"github.com/herdguard/herdguard/internal/counts"
 	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
@@ -50,7 +51,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		timeout: c.Timeout, callTimeout: c.CallTimeout, flightTimeout: c.FlightTimeout,
 	}
 	p.lc = loadcall.Caller{
-		Timeout: c.Timeout, IsFailure: c.isFailure, Loads: &p.stats.loads,
+		Timeout: c.Timeout, IsFailure: c.isFailure, Loads: p.stats.Loads(),
 		Panicked: panicError, IsPanic: isPanic,
 		KeyErrors: keyErrors,
 	}
@@ -115,7 +116,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	p.keyStages = p.l1 != nil || p.group != nil || p.locker != nil
 	// The call metric reads the Stats counters when collected; last, so
 	// that no failed Build leaves it registered.
-	stop, err := tel.ObserveCalls(tel.Meter, sourceNames[:], p.stats.calls)
+	stop, err := tel.ObserveCalls(tel.Meter, sourceNames[:], p.stats.Calls)
 	if err != nil {
 		_ = p.Close()
 		return nil, err
@@ -212,7 +213,7 @@ type Pipeline[V any] struct {
 	// refreshing holds the keys with a background refresh under way.
 	refreshing sync.Map
 	closed     atomic.Bool
-	stats      stats
+	stats      counts.Counts
 	closeOnce  sync.Once // Close's work; concurrent callers wait for it
 	closeErr   error
 

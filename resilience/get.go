@@ -56,7 +56,7 @@ func (p *Pipeline[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V,
 	h, f, done := p.lookup(ctx, key, load)
 	if done {
 		if h.NotFound() {
-			p.stats.notFound.Add(1)
+			p.stats.L1NotFound()
 			var zero V
 			return zero, ErrNotFound
 		}
@@ -75,7 +75,7 @@ func (p *Pipeline[V]) GetResult(ctx context.Context, key string, load LoadFunc[V
 	h, f, done := p.lookup(ctx, key, load)
 	if done {
 		if h.NotFound() {
-			p.stats.notFound.Add(1)
+			p.stats.L1NotFound()
 			return Result[V]{Source: SourceL1, NotFound: true}, ErrNotFound
 		}
 		return Result[V]{Value: p.out(h.Value()), Source: SourceL1}, nil
@@ -110,10 +110,10 @@ func (p *Pipeline[V]) call(ctx context.Context, key string, load LoadFunc[V], h 
 	case cache.Fresh:
 		r, err = fromHit(h)
 	case cache.Stale:
-		p.stats.misses.Add(1)
+		p.stats.Miss()
 		r, err = p.miss(ctx, key, load, h.Entry(), true)
 	default:
-		p.stats.misses.Add(1)
+		p.stats.Miss()
 		r, err = p.miss(ctx, key, load, rcache.Entry[V]{}, false)
 	}
 	p.finishCall(ctx, sp, &r, err)
@@ -238,7 +238,7 @@ func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) 
 	if p.tel.Tracing() && p.tel.HitSpans(ctx) {
 		return h, f, false
 	}
-	p.stats.l1Hit()
+	p.stats.L1Hit()
 	return h, f, true
 }
 

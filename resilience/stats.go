@@ -2,11 +2,9 @@ package resilience
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/herdguard/herdguard/internal/coord"
-	"github.com/herdguard/herdguard/internal/stripe"
-	"github.com/herdguard/herdguard/telemetry"
+	"github.com/herdguard/herdguard/internal/counts"
 )
 
 // Stats are a pipeline's counts since it was built, kept with atomic
@@ -66,144 +64,76 @@ type Stats struct {
 // whole: counts taken while calls run may be a few calls apart from one
 // another. Once the calls have returned, every count is exact.
 func (p *Pipeline[V]) Stats() Stats {
-	s := &p.stats
+	s := p.stats.Read()
 	return Stats{
-		L1Hits:     s.l1Hits(),
-		Misses:     s.misses.Load(),
-		L2Hits:     s.bySource[SourceL2].Load(),
-		Loaded:     s.bySource[SourceLoader].Load(),
-		Coalesced:  s.bySource[SourceCoalesced].Load(),
-		Waited:     s.bySource[SourceWaited].Load(),
-		Stale:      s.bySource[SourceStale].Load(),
-		Defaults:   s.bySource[SourceDefault].Load(),
-		Fallbacks:  s.fallbacks.Load(),
-		FailedOpen: s.failedOpen.Load(),
-		NotFound:   s.notFound.Load(),
-		Errors:     s.errors.Load(),
-		Loads:      s.loads.Load(),
+		L1Hits:     s.L1Hits,
+		Misses:     s.Misses,
+		L2Hits:     s.BySource[SourceL2],
+		Loaded:     s.BySource[SourceLoader],
+		Coalesced:  s.BySource[SourceCoalesced],
+		Waited:     s.BySource[SourceWaited],
+		Stale:      s.BySource[SourceStale],
+		Defaults:   s.BySource[SourceDefault],
+		Fallbacks:  s.Fallbacks,
+		FailedOpen: s.FailedOpen,
+		NotFound:   s.NotFound,
+		Errors:     s.Errors,
+		Loads:      s.Loads,
 
-		DuplicateLoads: s.dups[dupTakeover].Load() + s.dups[dupMaxWait].Load() + s.dups[dupFailOpen].Load(),
+		DuplicateLoads: s.DuplicateLoads,
 	}
 }
 
-// stats are the counters behind [Stats], plain atomic counters. The L1
-// hit count is bumped by every hit, on every core at once: it is kept in
-// stripes (internal/stripe), so that cores hitting at once (the same hot
-// key too) rarely write one cache line; padding keeps the stripes off
-// those of the pipeline's other fields, which every call reads.
-type stats struct {
-	_        [64]byte
-	l1       stripe.Counter
-	misses   atomic.Uint64
-	bySource [len(sourceNames)]atomic.Uint64
-	// openBySource counts the calls of bySource that failed open.
-	openBySource [len(sourceNames)]atomic.Uint64
-	fallbacks    atomic.Uint64
-	failedOpen   atomic.Uint64
-	notFound     atomic.Uint64
-	errors       atomic.Uint64
-	loads        atomic.Uint64
-	// dups counts duplicate loads by cause (dupNames).
-	dups [len(dupNames)]atomic.Uint64
-}
-
-// The causes of a duplicate load, as [telemetry.MetricDuplicateLoads]
-// names them.
-const (
-	dupTakeover = iota // under a grant that took a holder's lock over
-	dupMaxWait         // unlocked, after MaxWait, while a live holder loads
-	dupFailOpen        // unlocked, because the lock's backend failed
+// The counters behind Stats (internal/counts) number the sources as
+// Source does: these do not compile unless the two agree.
+var (
+	_ [counts.Sources - len(sourceNames)]struct{}
+	_ [len(sourceNames) - counts.Sources]struct{}
+	_ [counts.None - SourceNone]struct{}
+	_ [SourceNone - counts.None]struct{}
+	_ [counts.L1 - SourceL1]struct{}
+	_ [SourceL1 - counts.L1]struct{}
 )
 
-var dupNames = [...]string{
-	dupTakeover: telemetry.DuplicateTakeover,
-	dupMaxWait:  telemetry.DuplicateMaxWait,
-	dupFailOpen: telemetry.DuplicateFailOpen,
+// countCall counts in c a call that returns r and err, unless
+// [Pipeline.lookup] counted it.
+func countCall[V any](c *counts.Counts, r *Result[V], err error) {
+	c.Call(counts.Call{
+		Source: int(r.Source), Err: err != nil, NotFound: r.NotFound,
+		FailedOpen: r.FailedOpen, FellBack: r.Cause != nil,
+	})
 }
 
 // duplicates counts n duplicate loads of cause, in Stats and as
 // [telemetry.MetricDuplicateLoads].
-func (p *Pipeline[V]) duplicates(ctx context.Context, cause, n int) {
-	if n <= 0 {
-		return
-	}
-	p.stats.dups[cause].Add(uint64(n))
-	if p.tel.Metering() {
-		p.tel.DuplicateLoads(ctx, dupNames[cause], n)
-	}
-}
-
-// l1Hit counts an L1 hit, in a stripe of the count picked at random.
-func (s *stats) l1Hit() { s.l1.Inc() }
-
-// l1Hits is the L1 hit count: exact once the calls it counts have
-// returned.
-func (s *stats) l1Hits() uint64 { return s.l1.Load() }
-
-// calls is the number of calls served from source i so far, failed open
-// or not: what the pipeline's call metric reports.
-func (s *stats) calls(i int, failedOpen bool) uint64 {
-	switch {
-	case failedOpen:
-		return s.openBySource[i].Load()
-	case Source(i) == SourceL1:
-		return s.l1Hits()
-	}
-	return s.bySource[i].Load() - s.openBySource[i].Load()
-}
-
-// countCall counts in s a call that returns r and err, unless
-// [Pipeline.lookup] counted it.
-func countCall[V any](s *stats, r *Result[V], err error) {
-	switch {
-	case r.Source == SourceL1:
-		s.l1Hit()
-	case int(r.Source) >= len(s.bySource):
-	default:
-		s.bySource[r.Source].Add(1)
-		if r.FailedOpen {
-			s.openBySource[r.Source].Add(1)
-		}
-		if r.Source == SourceNone && err != nil && !r.NotFound {
-			s.errors.Add(1)
-		}
-	}
-	if r.NotFound {
-		s.notFound.Add(1)
-	}
-	if r.Cause != nil {
-		s.fallbacks.Add(1)
-	}
-	if r.FailedOpen {
-		s.failedOpen.Add(1)
+func (p *Pipeline[V]) duplicates(ctx context.Context, cause counts.Cause, n int) {
+	if p.stats.Duplicates(cause, n) && p.tel.Metering() {
+		p.tel.DuplicateLoads(ctx, cause.String(), n)
 	}
 }
 
 // countLoad counts the load about to begin under g (nil: unlocked) as a
-// duplicate when it is one: under a grant that took the lock over, or
-// failed open with Lock on. A load under a grant whose re-check failed
-// open is not one: the grant still keeps the others waiting. A load after
+// duplicate when it is one ([counts.Load.Duplicate]). A load after
 // MaxWait is counted where the wait ends (see await).
 func (p *Pipeline[V]) countLoad(ctx context.Context, g *coord.Grant, failedOpen bool) {
-	switch {
-	case g != nil && g.Lease.TookOver():
-		p.duplicates(ctx, dupTakeover, 1)
-	case g == nil && failedOpen && p.locker != nil:
-		p.duplicates(ctx, dupFailOpen, 1)
+	l := counts.Load{Granted: g != nil, FailedOpen: failedOpen, Locking: p.locker != nil}
+	l.TookOver = g != nil && g.Lease.TookOver()
+	if cause, ok := l.Duplicate(); ok {
+		p.duplicates(ctx, cause, 1)
 	}
 }
 
 // countBatch is countLoad for the keys of one loader call of GetMany.
 func (p *Pipeline[V]) countBatch(ctx context.Context, items []*loadItem) {
-	var took, open int
+	var n [counts.Causes]int
 	for _, it := range items {
-		switch {
-		case it.lease != nil && it.lease.TookOver():
-			took++
-		case it.lease == nil && it.failOpen != nil && p.locker != nil:
-			open++
+		l := counts.Load{Granted: it.lease != nil, FailedOpen: it.failOpen != nil, Locking: p.locker != nil}
+		l.TookOver = it.lease != nil && it.lease.TookOver()
+		if cause, ok := l.Duplicate(); ok {
+			n[cause]++
 		}
 	}
-	p.duplicates(ctx, dupTakeover, took)
-	p.duplicates(ctx, dupFailOpen, open)
+	for cause, k := range n {
+		p.duplicates(ctx, counts.Cause(cause), k)
+	}
 }

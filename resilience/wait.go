@@ -10,6 +10,7 @@ import (
 
 	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/coord"
+	"github.com/herdguard/herdguard/internal/counts"
 	"github.com/herdguard/herdguard/internal/wait"
 	"github.com/herdguard/herdguard/telemetry"
 )
@@ -68,7 +69,7 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		if wsp != nil {
 			wsp.AddEvent("MaxWait spent while the holder lives; loading unlocked")
 		}
-		p.duplicates(ctx, dupMaxWait, 1)
+		p.duplicates(ctx, counts.MaxWait, 1)
 		err = p.loadAndStore(ctx, key, load, nil, o)
 	}
 	if left := wait.Loop(ctx, keys, wait.Sub{Woken: woken, LookNow: lookNow}, p.waitPace(start), wait.Looks{Look: look, Spent: spent}); len(left) > 0 {
@@ -93,7 +94,7 @@ func (p *Pipeline[V]) awaitMany(ctx context.Context, keys []string, subs map[str
 			p.tel.LockOutcome(ctx, nil, "timeout", start, nil)
 			items[i] = &loadItem{key: k}
 		}
-		p.duplicates(ctx, dupMaxWait, len(items))
+		p.duplicates(ctx, counts.MaxWait, len(items))
 		p.loadBatch(ctx, items, load, outs)
 	}
 	left := wait.Loop(ctx, slices.Clone(keys), wait.Sub{Heard: heard}, p.waitPace(start), wait.Looks{Look: look, Spent: spent})
