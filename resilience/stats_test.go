@@ -232,3 +232,24 @@ func TestStats_l1HitsStripedExact(t *testing.T) {
 		t.Fatalf("%d hits counted in %d of the %d stripes; want them spread over half at least", keys*workers*rounds, used, stripe.Stripes)
 	}
 }
+
+// A Get that takes over the lock of a holder that died (never beating,
+// never releasing) loads a key whose load the lock said ran: it counts
+// as a duplicate.
+func TestStats_takeoverIsDuplicate(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	p, _ := manyPod(t, srv, "st-dead", nil)
+	// A holder that took the lock and never beats: the lock package
+	// straight, without a watchdog.
+	lease, err := p.locker.TryAcquire(ctx, "k", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lease // dead: never extended, never released
+	q, _ := manyPod(t, srv, "st-dead", nil)
+	if r, err := q.GetResult(ctx, "k", okLoad); err != nil || r.Source != SourceLoader {
+		t.Fatalf("%+v, %v; want loaded after the takeover", r, err)
+	}
+	wantStats(t, "took over", q.Stats(), Stats{Misses: 1, Loaded: 1, Loads: 1, DuplicateLoads: 1})
+}
