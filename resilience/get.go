@@ -238,7 +238,7 @@ func (p *Pipeline[V]) lookup(ctx context.Context, key string, load LoadFunc[V]) 
 	if p.tel.Tracing() && p.tel.HitSpans(ctx) {
 		return h, f, false
 	}
-	p.stats.L1Hit()
+	p.stats.L1Hits.Inc()
 	return h, f, true
 }
 

@@ -227,7 +227,7 @@ func TestStats_l1HitsStripedExact(t *testing.T) {
 	}
 	wg.Wait()
 	wantStats(t, "hits", p.Stats(), Stats{L1Hits: keys * workers * rounds, Misses: keys, Loaded: keys, Loads: keys})
-	used := p.stats.L1Stripes()
+	used := p.stats.L1Hits.Used()
 	if used < stripe.Stripes/2 {
 		t.Fatalf("%d hits counted in %d of the %d stripes; want them spread over half at least", keys*workers*rounds, used, stripe.Stripes)
 	}

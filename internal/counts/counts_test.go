@@ -34,13 +34,13 @@ func TestCall_bySourceAndOutcome(t *testing.T) {
 }
 
 // An L1 hit is counted in the stripes of the hit count, the same count
-// whether L1Hit or Call counted it.
+// whether the hit path or Call counted it.
 func TestCall_l1HitInStripes(t *testing.T) {
 	var c Counts
 	c.Call(Call{Source: L1})
-	c.L1Hit()
+	c.L1Hits.Inc()
 	c.Call(Call{Source: L1, NotFound: true, Err: true})
-	c.L1Hit()
+	c.L1Hits.Inc()
 	c.L1NotFound()
 	want := Snapshot{L1Hits: 4, NotFound: 2}
 	want.BySource[L1] = 4
@@ -120,7 +120,7 @@ func TestL1Hit_stripedExact(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for range hits {
-				c.L1Hit()
+				c.L1Hits.Inc()
 			}
 		})
 	}
@@ -128,7 +128,7 @@ func TestL1Hit_stripedExact(t *testing.T) {
 	if n := c.Read().L1Hits; n != workers*hits {
 		t.Errorf("L1Hits = %d, want %d", n, workers*hits)
 	}
-	if used := c.L1Stripes(); used < stripe.Stripes/2 {
+	if used := c.L1Hits.Used(); used < stripe.Stripes/2 {
 		t.Errorf("%d hits in %d of the %d stripes; want half at least", workers*hits, used, stripe.Stripes)
 	}
 }
@@ -136,7 +136,7 @@ func TestL1Hit_stripedExact(t *testing.T) {
 // Counting an L1 hit allocates nothing.
 func TestL1Hit_noAllocs(t *testing.T) {
 	var c Counts
-	if n := testing.AllocsPerRun(100, c.L1Hit); n != 0 {
-		t.Errorf("L1Hit allocates %v times", n)
+	if n := testing.AllocsPerRun(100, c.L1Hits.Inc); n != 0 {
+		t.Errorf("L1Hits.Inc allocates %v times", n)
 	}
 }
