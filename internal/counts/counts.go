@@ -23,12 +23,10 @@ const (
 // before Counts in the struct that holds it, which every call reads.
 type Counts struct {
 	_ [64]byte
-	// L1Hits is the L1 hit count. Every hit bumps it, on every core at
-	// once: it is kept in stripes, so that cores hitting at once (the same
-	// hot key too) rarely write one cache line. The hit path calls
-	// L1Hits.Inc itself: the compiler does not inline this package's
-	// methods into the pipeline's generic code, so a hit pays for one
-	// call, not two.
+	// L1Hits is the L1 hit count, which the hit path bumps itself
+	// (L1Hits.Inc). Every hit bumps it, on every core at once: it is kept
+	// in stripes, so that cores hitting at once (the same hot key too)
+	// rarely write one cache line.
 	L1Hits   stripe.Counter
 	misses   atomic.Uint64
 	bySource [Sources]atomic.Uint64
