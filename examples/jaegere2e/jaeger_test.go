@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -104,11 +105,33 @@ func buildJaeger(t *testing.T, dir string) string {
 }
 
 // startJaeger runs Jaeger until the test ends and returns the OTLP/HTTP
-// endpoint and the query base URL.
+// endpoint and the query base URL. Its ports are picked free just before
+// it starts, and another process may take one in between: a start that
+// fails to bind is tried again on other ports, three times at most.
 func startJaeger(t *testing.T) (otlp, query string) {
 	t.Helper()
 	dir := t.TempDir()
 	bin := buildJaeger(t, dir)
+	for try := 1; ; try++ {
+		otlp, query, err := runJaeger(t, bin, dir)
+		if err == nil {
+			return otlp, query
+		}
+		if !errors.Is(err, errPortTaken) || try == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("jaeger start %d: %v; again on other ports", try, err)
+	}
+}
+
+// errPortTaken marks a Jaeger that exited because one of its ports was
+// taken.
+var errPortTaken = errors.New("a port was taken")
+
+// runJaeger starts bin on free ports (its config in dir) and waits until
+// its query service answers; the process runs until the test ends.
+func runJaeger(t *testing.T, bin, dir string) (otlp, query string, err error) {
+	t.Helper()
 	queryPort, grpcPort, otlpPort := freePort(t), freePort(t), freePort(t)
 	cfg := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, queryPort, grpcPort, otlpPort), 0o600); err != nil {
@@ -139,10 +162,16 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		select {
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("jaeger exited: %v\n%s", err, tailOf(logs.String(), 4000))
+			// Wait has returned: the log is whole.
+			if strings.Contains(logs.String(), "address already in use") {
+				return "", "", fmt.Errorf("jaeger exited: %v: %w", err, errPortTaken)
+			}
+			return "", "", fmt.Errorf("jaeger exited: %v\n%s", err, tailOf(logs.String(), 4000))
 		default:
 		}
-		if resp, err := http.Get(query + "/api/services"); err == nil {
+		// A short timeout: a port taken by another process may accept and
+		// never answer.
+		if resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(query + "/api/services"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				break
@@ -153,7 +182,7 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return "http://127.0.0.1:" + strconv.Itoa(otlpPort), query
+	return "http://127.0.0.1:" + strconv.Itoa(otlpPort), query, nil
 }
 
 func tailOf(s string, n int) string {
