@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/fallback"
 	"github.com/herdguard/herdguard/internal/bg"
 	"github.com/herdguard/herdguard/internal/coord"
@@ -16,7 +15,6 @@ import (
 	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/obs"
 	"github.com/herdguard/herdguard/internal/rcache"
-	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/internal/settings"
 	"github.com/herdguard/herdguard/lock"
 )
@@ -95,23 +93,8 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	if c.lockOn {
 		p.lockCfg = lockDefaults(c.lock)
 	}
-	if c.redis != nil {
-		if err := p.wireRedis(c); err != nil {
-			return nil, err
-		}
-	}
-	if c.backend != nil {
-		if err := p.wireBackend(c); err != nil {
-			_ = p.Close() // what wireBackend subscribed to
-			return nil, err
-		}
-	}
-	if c.lockOn && p.locker == nil { // embedded default
-		n := new(rlock.MemoryNotifier)
-		p.locker, p.notifier = new(lock.Memory), n
-		d := p.deps()
-		d.Read = p.l1Read
-		p.co = coord.NewMemory(d, n)
+	if err := p.wire(c); err != nil {
+		return nil, err
 	}
 	p.keyStages = p.l1 != nil || p.group != nil || p.locker != nil
 	// The call metric reads the Stats counters when collected; last, so
@@ -126,27 +109,15 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 }
 
 // deps is what the seam's adapters need of p (see coord.Deps): its
-// telemetry, its lock and lease, and the steps of its stages. The lock is
-// the embedded default's; the wiring of Redis or a backend
-// (coord.WireRedis, coord.WireBackend) adds its own lock, with the
-// guard, L2 and Check that it builds.
+// telemetry, its lease, and the steps of its stages. The wiring (wire)
+// adds the lock, with the guard, L2 and Check that it builds.
 func (p *Pipeline[V]) deps() coord.Deps[V] {
 	return coord.Deps[V]{
-		Tel: p.tel, Locker: p.locker, Lease: p.lockCfg.Lease,
+		Tel: p.tel, Lease: p.lockCfg.Lease,
 		Read: p.l2Get, Release: p.release, ReleaseMany: p.releaseMany,
 		FailOpen: p.failOpen,
 		Panicked: func(v any) any { return panicked("pipeline", v) },
 	}
-}
-
-// l1Read is the embedded default's read: L1, where the values that
-// waiters look at land.
-func (p *Pipeline[V]) l1Read(_ context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
-	e, f := p.l1.Lookup(key)
-	if e == nil {
-		return rcache.Entry[V]{}, f, nil
-	}
-	return *e, f, nil
 }
 
 // defaults are the builder's defaults (settings.go) as package settings

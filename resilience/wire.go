@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/internal/coord"
 )
 
@@ -14,61 +13,49 @@ import (
 // dead, so it is tried even while the breaker is open, and given time.
 const releaseTimeout = 5 * time.Second
 
-// wireRedis wires the pipeline to its Redis (coord.WireRedis): the Redis
-// cache, the notifier (which also keeps L1 coherent: see writeHooks),
-// with Lock the Redis lock, the guard around them, and the seam.
-func (p *Pipeline[V]) wireRedis(c config[V]) error {
-	o := c.redisOpts
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
-	}
-	if o.OpTimeout == 0 {
-		o.OpTimeout = DefaultRedisTimeout
-	}
-	br, err := p.infraBreaker(c, o.SharedBreaker, o.Breaker, "redis", "RedisOptions")
-	if err != nil {
-		return err
-	}
-	return p.wire(c, coord.WireRedis[V], coord.Options{
-		Client: c.redis, Prefix: o.Prefix, Codec: o.Codec, Encrypt: o.Encrypt, OpTimeout: o.OpTimeout, Breaker: br,
-	})
+// wireDefaults are the defaults of the Redis and backend options
+// (settings.go) as package coord takes them.
+var wireDefaults = coord.Defaults{
+	Prefix: DefaultPrefix, RedisTimeout: DefaultRedisTimeout, BackendTimeout: DefaultBackendTimeout,
+	OpenTimeout: DefaultRedisOpenTimeout, FailureRatio: DefaultRedisFailureRatio,
 }
 
-// wireBackend wires the pipeline to its Backend (coord.WireBackend): it
-// opens the pipeline's view and makes it the L2, the notifier, and with
-// Lock the lock, behind the guard (breaker and operation timeout) the
-// Redis stages have; and it makes the backend's announcements keep L1
-// coherent, as Redis's do (see writeHooks).
-func (p *Pipeline[V]) wireBackend(c config[V]) error {
-	o := c.backendOpts
-	if o.OpTimeout == 0 {
-		o.OpTimeout = DefaultBackendTimeout
-	}
-	br, err := p.infraBreaker(c, o.SharedBreaker, o.Breaker, "backend", "BackendOptions")
-	if err != nil {
-		return err
-	}
-	return p.wire(c, coord.WireBackend[V], coord.Options{
-		Backend: c.backend, Codec: o.Codec, Encrypt: o.Encrypt, OpTimeout: o.OpTimeout, Breaker: br,
-	})
-}
-
-// wire builds the service with build (coord.WireRedis or
-// coord.WireBackend) from o and what the pipeline brings (its name, its
-// lock, its hooks, its stages' steps), and keeps what it built. A setting
-// that the wiring refused comes back as a [*ConfigError] naming the field;
-// any other error as it is.
-func (p *Pipeline[V]) wire(c config[V], build func(coord.Options, coord.Deps[V]) (*coord.Wired[V], error), o coord.Options) error {
-	p.writes.origin = newOrigin()
-	o.Namespace, o.Lock, o.Heartbeat = c.name, c.lockOn, lockDefaults(c.lock).Heartbeat
-	o.OnCorrupt, o.Hooks = p.tel.Undecodable, p.writeHooks()
-	w, err := build(o, p.deps())
-	if err != nil {
-		var se *coord.SettingError
-		if errors.As(err, &se) {
-			return &ConfigError{Pipeline: c.name, Field: se.Field, Problem: se.Problem}
+// wire wires the pipeline to its Redis or its Backend (coord.Wire): the
+// L2, the notifier (whose announcements keep L1 coherent: see
+// writeHooks), with Lock the lock, the guard (breaker and operation
+// timeout) around them, and the seam; or, with Lock alone, the embedded
+// default (coord.WireMemory). It keeps what it built. A setting that the
+// wiring refused comes back as a [*ConfigError] naming the field; any
+// other error as it is.
+func (p *Pipeline[V]) wire(c config[V]) error {
+	var w *coord.Wired[V]
+	switch {
+	case c.redis != nil || c.backend != nil:
+		p.writes.origin = newOrigin()
+		r, b := c.redisOpts, c.backendOpts
+		o := coord.Options{
+			Client: c.redis, Backend: c.backend, Namespace: c.name, Defaults: wireDefaults,
+			Prefix: r.Prefix, Codec: r.Codec, Encrypt: r.Encrypt, OpTimeout: r.OpTimeout,
+			Breaker: r.SharedBreaker, BreakerSettings: r.Breaker, BreakerName: "redis", BreakerField: "RedisOptions",
+			Lock: c.lockOn, Heartbeat: lockDefaults(c.lock).Heartbeat,
+			OnCorrupt: p.tel.Undecodable, Hooks: p.writeHooks(), OnBreaker: p.breakerObserver(nil, c.onBreaker),
 		}
-		return err
+		if c.backend != nil {
+			o.Codec, o.Encrypt, o.OpTimeout = b.Codec, b.Encrypt, b.OpTimeout
+			o.Breaker, o.BreakerSettings, o.BreakerName, o.BreakerField = b.SharedBreaker, b.Breaker, "backend", "BackendOptions"
+		}
+		var err error
+		if w, err = coord.Wire(o, p.deps()); err != nil {
+			var se *coord.SettingError
+			if errors.As(err, &se) {
+				return &ConfigError{Pipeline: c.name, Field: se.Field, Problem: se.Problem}
+			}
+			return err
+		}
+	case c.lockOn:
+		w = coord.WireMemory(p.deps(), p.l1)
+	default:
+		return nil
 	}
 	p.redisGuard, p.l2, p.notifier, p.locker, p.co = w.Guard, w.L2, w.Notifier, w.Locker, w.Coord
 	p.closers = append(p.closers, w.Closers...)
@@ -91,32 +78,6 @@ func (p *Pipeline[V]) writeHooks() coord.Hooks {
 			p.writes.resubscribed.Add(1)
 		},
 	}
-}
-
-// infraBreaker is the breaker around Redis or a backend: shared, or the
-// pipeline's own, built from bs with the Redis defaults and named name
-// unless bs names it. The pipeline hears its transitions whether it owns
-// it or shares it, and stops hearing them when it closes.
-func (p *Pipeline[V]) infraBreaker(c config[V], shared *breaker.Breaker, bs breaker.Settings, name, field string) (*breaker.Breaker, error) {
-	br := shared
-	if br == nil {
-		if bs.Name == "" {
-			bs.Name = name
-		}
-		if bs.OpenTimeout == 0 {
-			bs.OpenTimeout = DefaultRedisOpenTimeout
-		}
-		if bs.Failures == 0 && bs.FailureRatio == 0 {
-			bs.FailureRatio = DefaultRedisFailureRatio
-		}
-		var err error
-		if br, err = breaker.New(bs); err != nil {
-			return nil, &ConfigError{Pipeline: c.name, Field: field, Problem: err.Error()}
-		}
-	}
-	unsubscribe := br.Subscribe(p.breakerObserver(nil, c.onBreaker))
-	p.closers = append(p.closers, func() error { unsubscribe(); return nil })
-	return br, nil
 }
 
 // isNil reports whether v is nil or holds a nil pointer (a *redis.Client

@@ -1,0 +1,88 @@
+package coord
+
+import (
+	"context"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/rcache"
+	"github.com/herdguard/herdguard/internal/rlock"
+	"github.com/herdguard/herdguard/lock"
+)
+
+// Defaults are the settings of [Options] that [Wire] fills when the
+// pipeline left them zero. Package resilience passes its public Default
+// constants in.
+type Defaults struct {
+	Prefix         string        // of the Redis keys
+	RedisTimeout   time.Duration // OpTimeout with Redis
+	BackendTimeout time.Duration // OpTimeout with a backend
+	// OpenTimeout and FailureRatio are those of the breaker around the
+	// service, when its settings give neither.
+	OpenTimeout  time.Duration
+	FailureRatio float64
+}
+
+// Wire wires the pipeline to its service, Redis with o.Client
+// ([WireRedis]) or else o.Backend ([WireBackend]), after it fills o's
+// zero settings with o.Defaults and finds the breaker around the service:
+// o.Breaker when it is set (a breaker the pipeline shares), or one built
+// from o.BreakerSettings, named o.BreakerName unless those name it. The
+// pipeline hears the breaker's transitions through o.OnBreaker until its
+// Close (the last of the closers). Settings that the breaker refuses are
+// a [*SettingError] for o.BreakerField; on any error, what Wire started
+// is stopped.
+func Wire[V any](o Options, d Deps[V]) (*Wired[V], error) {
+	build, timeout := WireBackend[V], o.Defaults.BackendTimeout
+	if o.Client != nil {
+		build, timeout = WireRedis[V], o.Defaults.RedisTimeout
+		if o.Prefix == "" {
+			o.Prefix = o.Defaults.Prefix
+		}
+	}
+	if o.OpTimeout == 0 {
+		o.OpTimeout = timeout
+	}
+	if o.Breaker == nil {
+		bs := o.BreakerSettings
+		if bs.Name == "" {
+			bs.Name = o.BreakerName
+		}
+		if bs.OpenTimeout == 0 {
+			bs.OpenTimeout = o.Defaults.OpenTimeout
+		}
+		if bs.Failures == 0 && bs.FailureRatio == 0 {
+			bs.FailureRatio = o.Defaults.FailureRatio
+		}
+		br, err := breaker.New(bs)
+		if err != nil {
+			return nil, &SettingError{Field: o.BreakerField, Problem: err.Error()}
+		}
+		o.Breaker = br
+	}
+	unsubscribe := o.Breaker.Subscribe(o.OnBreaker)
+	w, err := build(o, d)
+	if err != nil {
+		unsubscribe()
+		return nil, err
+	}
+	w.Closers = append(w.Closers, func() error { unsubscribe(); return nil })
+	return w, nil
+}
+
+// WireMemory wires the embedded default of one process: a [lock.Memory],
+// its notifier, and the seam over them, whose looks read l1, where the
+// values that waiters look at land. It has no L2, guard or Check.
+func WireMemory[V any](d Deps[V], l1 *rcache.Memory[V]) *Wired[V] {
+	n, lk := new(rlock.MemoryNotifier), new(lock.Memory)
+	d.Locker = lk
+	d.Read = func(_ context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
+		e, f := l1.Lookup(key)
+		if e == nil {
+			return rcache.Entry[V]{}, f, nil
+		}
+		return *e, f, nil
+	}
+	return &Wired[V]{Notifier: n, Locker: lk, Coord: NewMemory(d, n)}
+}
