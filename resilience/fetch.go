@@ -270,14 +270,7 @@ func (p *Pipeline[V]) fillL1(key string, e rcache.Entry[V], o *outcome[V]) {
 }
 
 // capL1 keeps an entry's L1 freshness within L1TTL.
-func (p *Pipeline[V]) capL1(e *rcache.Entry[V]) {
-	if limit := time.Now().Add(p.l1TTL); e.Expires.After(limit) {
-		e.Expires = limit
-		if e.StaleUntil.Before(limit) {
-			e.StaleUntil = limit
-		}
-	}
-}
+func (p *Pipeline[V]) capL1(e *rcache.Entry[V]) { e.CapFresh(time.Now().Add(p.l1TTL)) }
 
 // recoverPanic, deferred, turns a panic of the named stage into a
 // [*PanicError] in *err. It is the pipeline's one recoverer: the stages

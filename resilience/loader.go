@@ -1,12 +1,12 @@
 package resilience
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
 
 	"github.com/herdguard/herdguard/backend"
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/loadcall"
 	"github.com/herdguard/herdguard/internal/rcache"
@@ -18,31 +18,19 @@ import (
 func (p *Pipeline[V]) loadAndStore(ctx context.Context, key string, load LoadFunc[V], g *coord.Grant, o *outcome[V]) error {
 	p.countLoad(ctx, g, o.res.FailedOpen)
 	lctx, ttl := loadcall.WithTTL(ctx) // for SetTTL
-	if g != nil && !o.res.FailedOpen {
-		lctx = loadcall.WithFence(lctx, key, g.Lease.Fence()) // for Fence
-	}
-	v, took, err := loadcall.Call(lctx, &p.lc, key, loadcall.Func[V]{Load: load})
-	notFound := errors.Is(err, ErrNotFound)
-	if err != nil && !(notFound && p.negTTL > 0) {
-		if notFound {
-			o.res = Result[V]{Source: SourceLoader, NotFound: true, FailedOpen: o.res.FailedOpen}
-		}
-		return err
-	}
 	var fence int64
 	if g != nil {
 		fence = g.Lease.Fence()
+		if !o.res.FailedOpen {
+			lctx = loadcall.WithFence(lctx, key, fence) // for Fence
+		}
 	}
-	e := p.newEntry(v, notFound, took, fence)
-	p.applyLoaderTTL(&e, ttl)
-	p.store(ctx, key, e, g, o)
-	o.res.Source = SourceLoader
-	if notFound {
-		o.res.NotFound = true
-		return ErrNotFound
+	v, took, err := loadcall.Call(lctx, &p.lc, key, loadcall.Func[V]{Load: load})
+	e, store, err := p.loaded(o, v, errors.Is(err, ErrNotFound), err, took, fence, ttl.Get())
+	if store {
+		p.store(ctx, key, e, g, o)
 	}
-	o.res.Value = v
-	return nil
+	return err
 }
 
 // loadBatch calls the loader once for items and stores what it returns:
@@ -53,13 +41,20 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 	if len(items) == 0 {
 		return
 	}
-	keys := make([]string, len(items))
+	// fences are those of the keys under a lease, for Fence.
+	keys, fences := make([]string, len(items)), map[string]int64(nil)
 	for i, it := range items {
 		keys[i] = it.key
+		if it.lease != nil && it.failOpen == nil {
+			if fences == nil {
+				fences = make(map[string]int64)
+			}
+			fences[it.key] = it.lease.Fence()
+		}
 	}
 	p.countBatch(ctx, items)
 	stop := p.holdMany(ctx, items)
-	vals, keyErrs, took, err := loadcall.CallMany(loadcall.WithFences(ctx, leaseFences(items)), &p.lc, keys, load)
+	vals, keyErrs, took, err := loadcall.CallMany(loadcall.WithFences(ctx, fences), &p.lc, keys, load)
 	stop()
 	allNotFound := errors.Is(err, ErrNotFound)
 	if allNotFound {
@@ -68,47 +63,23 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 	var release []*backend.Lease
 	var writes []rcache.Write[V]
 	var written []*loadItem
-	entries := make(map[string]rcache.Entry[V], len(items))
 	for _, it := range items {
 		out := outs[it.key]
 		out.set = true
 		if it.failOpen != nil {
 			out.o.failOpen(it.failOpen)
 		}
-		kerr := keyErrs[it.key]
-		if err != nil || kerr != nil {
-			out.err = err
-			if err == nil {
-				out.err = kerr
-			}
-			if it.lease != nil {
-				release = append(release, it.lease)
-			}
-			continue
-		}
-		v, ok := vals[it.key]
-		notFound := !ok || allNotFound
-		if notFound && p.negTTL <= 0 {
-			out.o.res = Result[V]{Source: SourceLoader, NotFound: true, FailedOpen: out.o.res.FailedOpen, FailOpenCause: out.o.res.FailOpenCause}
-			out.err = ErrNotFound
-			if it.lease != nil {
-				release = append(release, it.lease)
-			}
-			continue
-		}
 		var fence int64
 		if it.lease != nil {
 			fence = it.lease.Fence()
 		}
-		e := p.newEntry(v, notFound, took, fence)
-		out.o.res.Source = SourceLoader
-		if notFound {
-			out.o.res.NotFound = true
-			out.err = ErrNotFound
-		} else {
-			out.o.res.Value = v
-		}
+		kerr := cmp.Or(err, keyErrs[it.key])
+		v, ok := vals[it.key]
+		e, store, kerr := p.loaded(out.o, v, kerr == nil && (!ok || allNotFound), kerr, took, fence, 0)
+		out.err = kerr
 		switch {
+		case !store:
+			release = appendLease(release, it.lease)
 		case it.lease != nil && it.lost.Load():
 			p.tel.LeaseLost(ctx, nil)
 			release = append(release, it.lease)
@@ -119,46 +90,46 @@ func (p *Pipeline[V]) loadBatch(ctx context.Context, items []*loadItem, load Loa
 			}
 			writes = append(writes, w)
 			written = append(written, it)
-			entries[it.key] = e
 		default:
 			p.fillL1(it.key, e, out.o)
-			if it.lease != nil {
-				release = append(release, it.lease)
-			}
+			release = appendLease(release, it.lease)
 		}
 	}
 	release = append(release, p.storeMany(ctx, writes, written, outs)...)
 	p.releaseMany(ctx, release)
 }
 
-// leaseFences are the fences of items' keys under a lease, for Fence;
-// nil if none is.
-func leaseFences(items []*loadItem) map[string]int64 {
-	var many map[string]int64
-	for _, it := range items {
-		if it.lease != nil && it.failOpen == nil {
-			if many == nil {
-				many = make(map[string]int64)
-			}
-			many[it.key] = it.lease.Fence()
-		}
+// loaded sets o's result from a loader's answer for one key: v, or a
+// not-found (notFound), or err, an error that is not one. It returns the
+// error the call gets and, when the answer is to be stored (a value, or a
+// not-found with NegativeTTL), its entry: under a grant of fence (0:
+// unlocked), with the TTL the loader set (set; 0: none).
+func (p *Pipeline[V]) loaded(o *outcome[V], v V, notFound bool, err error, took time.Duration, fence int64, set time.Duration) (e rcache.Entry[V], store bool, _ error) {
+	switch {
+	case notFound && p.negTTL <= 0:
+		o.res = Result[V]{Source: SourceLoader, NotFound: true, FailedOpen: o.res.FailedOpen, FailOpenCause: o.res.FailOpenCause}
+		return e, false, cmp.Or(err, ErrNotFound)
+	case err != nil && !notFound:
+		return e, false, err
 	}
-	return many
+	e = loadcall.Stamp(p.lifetimes(), v, notFound, took, fence, set)
+	o.res.Source = SourceLoader
+	if notFound {
+		o.res.NotFound = true
+		return e, true, ErrNotFound
+	}
+	o.res.Value = v
+	return e, true, nil
 }
 
 // newEntry stamps a loaded value with its times.
 func (p *Pipeline[V]) newEntry(v V, notFound bool, took time.Duration, fence int64) rcache.Entry[V] {
-	now := time.Now()
-	ttl, grace := p.ttl, p.grace
-	if notFound {
-		ttl, grace = p.negTTL, 0
-	}
-	ttl = cache.Jitter(ttl, p.jitter)
-	return rcache.Entry[V]{
-		Value: v, NotFound: notFound,
-		Written: now, Expires: now.Add(ttl), StaleUntil: now.Add(ttl + grace),
-		LoadDuration: took, Fence: fence,
-	}
+	return loadcall.Stamp(p.lifetimes(), v, notFound, took, fence, 0)
+}
+
+// lifetimes are how long the pipeline keeps a loaded entry.
+func (p *Pipeline[V]) lifetimes() loadcall.Lifetimes {
+	return loadcall.Lifetimes{TTL: p.ttl, Grace: p.grace, NegativeTTL: p.negTTL, Jitter: p.jitter}
 }
 
 // MinLoaderTTL is the shortest TTL a loader can give its value with
@@ -174,15 +145,4 @@ const MinLoaderTTL = time.Second
 // does not come from a pipeline's load.
 func SetTTL(ctx context.Context, d time.Duration) bool {
 	return loadcall.SetTTL(ctx, max(d, MinLoaderTTL))
-}
-
-// applyLoaderTTL re-times e with the TTL its loader set, if any.
-func (p *Pipeline[V]) applyLoaderTTL(e *rcache.Entry[V], h *loadcall.TTL) {
-	d := h.Get()
-	if d == 0 || e.NotFound {
-		return
-	}
-	ttl := cache.Jitter(min(d, p.ttl), p.jitter)
-	e.Expires = e.Written.Add(ttl)
-	e.StaleUntil = e.Expires.Add(p.grace)
 }
