@@ -70,13 +70,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 		p.lc.Retry = &r
 	}
 	if c.breakerOn {
-		s := c.breaker
-		if s.Name == "" {
-			s.Name = c.name
-		}
-		if s.IsFailure == nil {
-			s.IsFailure = p.lc.IsLoadFailure
-		}
+		s := settings.LoaderBreaker(c.breaker, c.name, p.lc.IsLoadFailure)
 		s.OnStateChange = p.breakerObserver(s.OnStateChange, c.onBreaker)
 		if p.br, err = breaker.New(s); err != nil {
 			return nil, &ConfigError{Pipeline: c.name, Field: "Breaker", Problem: err.Error()}

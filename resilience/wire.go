@@ -2,10 +2,10 @@ package resilience
 
 import (
 	"errors"
-	"reflect"
 	"time"
 
 	"github.com/herdguard/herdguard/internal/coord"
+	"github.com/herdguard/herdguard/internal/settings"
 )
 
 // releaseTimeout bounds a release, which never goes through the breaker:
@@ -80,12 +80,6 @@ func (p *Pipeline[V]) writeHooks() coord.Hooks {
 	}
 }
 
-// isNil reports whether v is nil or holds a nil pointer (a *redis.Client
-// variable never assigned), which would crash the first call.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	r := reflect.ValueOf(v)
-	return r.Kind() == reflect.Pointer && r.IsNil()
-}
+// isNil reports whether v is nil or holds a nil pointer (see
+// settings.IsNil).
+var isNil = settings.IsNil

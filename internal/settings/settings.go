@@ -7,8 +7,10 @@
 package settings
 
 import (
+	"reflect"
 	"time"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/internal/loadcall"
 )
 
@@ -176,4 +178,27 @@ func (c *Config) Check(w Wiring) []Problem {
 		bad("FlightTimeout", "must be at least Timeout, or no loader attempt could finish")
 	}
 	return ps
+}
+
+// IsNil reports whether v is nil or holds a nil pointer (a *redis.Client
+// variable never assigned), which would crash the first call: the
+// builder refuses such a setting.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
+}
+
+// LoaderBreaker is s, the settings of the loader's breaker, named name
+// and counting the failures isFailure reports unless s says otherwise.
+func LoaderBreaker(s breaker.Settings, name string, isFailure func(error) bool) breaker.Settings {
+	if s.Name == "" {
+		s.Name = name
+	}
+	if s.IsFailure == nil {
+		s.IsFailure = isFailure
+	}
+	return s
 }
