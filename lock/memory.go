@@ -21,10 +21,13 @@ import (
 // the table is next swept, which an acquisition does once the table has
 // doubled since the last sweep.
 type Memory struct {
-	mu      sync.Mutex // guards locks, fence and sweepAt
+	mu      sync.Mutex // guards locks, fence, sweepAt and holder
 	locks   map[string]memLock
 	fence   int64 // the last fence granted, for any key
 	sweepAt int   // len(locks) at which TryAcquire drops expired locks
+	// holder releases and extends the leases m grants; set by the first
+	// grant.
+	holder *rlock.Holder
 }
 
 type memLock struct {
@@ -61,7 +64,10 @@ func (m *Memory) TryAcquire(ctx context.Context, key string, lease time.Duration
 	tok := rlock.NewToken()
 	m.fence++
 	m.locks[key] = memLock{token: tok, expires: now.Add(lease)}
-	return newLease(m, key, tok, m.fence, lease, lease/3, false), nil
+	if m.holder == nil {
+		m.holder = &rlock.Holder{Rel: m.release, Ext: m.extend}
+	}
+	return rlock.NewLease(m.holder, key, tok, m.fence, lease, lease/3, false), nil
 }
 
 // sweep drops the locks whose lease has run out, and sets the size of the

@@ -7,29 +7,31 @@ import (
 	"github.com/herdguard/herdguard/backend"
 )
 
-// holder is what this package's lockers implement for their leases (a
-// copy of package lock's, whose Memory has its own).
-type holder interface {
-	release(ctx context.Context, key, token string) error
-	extend(ctx context.Context, key, token string, lease time.Duration) error
+// Holder is a locker's release and extend of the leases it grants, as
+// their [backend.Holder], so that the locker's own methods stay
+// unexported. This package's Redis and package lock's Memory grant their
+// leases through it.
+type Holder struct {
+	Rel func(ctx context.Context, key, token string) error
+	Ext func(ctx context.Context, key, token string, lease time.Duration) error
 }
 
-// leaseHolder adapts a holder to backend.Holder, so that the lockers'
-// callbacks stay unexported.
-type leaseHolder struct{ h holder }
-
-func (a leaseHolder) Release(ctx context.Context, key, token string) error {
-	return a.h.release(ctx, key, token)
+// Release implements [backend.Holder].
+func (h *Holder) Release(ctx context.Context, key, token string) error {
+	return h.Rel(ctx, key, token)
 }
 
-func (a leaseHolder) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
-	return a.h.extend(ctx, key, token, ttl)
+// Extend implements [backend.Holder].
+func (h *Holder) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	return h.Ext(ctx, key, token, ttl)
 }
 
-// newLease returns the lease of a grant by h, beating every every.
-func newLease(h holder, key, token string, fence int64, ttl, every time.Duration, tookOver bool) *backend.Lease {
+// NewLease returns the lease of a grant by h (whose leases are told
+// apart by it: see Redis.ReleaseMany), beating every every (a
+// millisecond when every is not positive).
+func NewLease(h *Holder, key, token string, fence int64, ttl, every time.Duration, tookOver bool) *backend.Lease {
 	if every <= 0 {
 		every = time.Millisecond
 	}
-	return backend.NewLease(leaseHolder{h}, backend.Grant{Key: key, Token: token, Fence: fence, TTL: ttl, Heartbeat: every, TookOver: tookOver})
+	return backend.NewLease(h, backend.Grant{Key: key, Token: token, Fence: fence, TTL: ttl, Heartbeat: every, TookOver: tookOver})
 }

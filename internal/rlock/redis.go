@@ -167,6 +167,8 @@ type Redis struct {
 	// timing is the acquire script's timing arguments for the lease last
 	// asked for, kept boxed: a pipeline asks for the same lease every time.
 	timing atomic.Pointer[acquireTiming]
+	// holder releases and extends the leases this locker grants.
+	holder *Holder
 }
 
 // acquireTiming is the acquire script's arguments that follow from a
@@ -190,8 +192,6 @@ func (r *Redis) timingOf(lease time.Duration) *acquireTiming {
 	return t
 }
 
-var _ holder = (*Redis)(nil)
-
 // NewRedis returns a lock.Locker that keeps its locks in Redis through client.
 // It fails when client is nil or o.Namespace is empty.
 func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
@@ -206,6 +206,7 @@ func NewRedis(client RedisClient, o RedisOptions) (*Redis, error) {
 		return nil, errors.New("lock: FenceRetention and Heartbeat must not be negative")
 	}
 	r := &Redis{client: client, keys: keys, retention: o.FenceRetention, heartbeat: o.Heartbeat}
+	r.holder = &Holder{Rel: r.release, Ext: r.extend}
 	if r.retention == 0 {
 		r.retention = DefaultFenceRetention
 	}
@@ -299,7 +300,7 @@ func (r *Redis) acquire(ctx context.Context, key string, lease time.Duration, no
 	}
 	switch {
 	case err == nil && fence > 0:
-		l := newLease(r, key, tok, fence, lease, beat, how != 1)
+		l := NewLease(r.holder, key, tok, fence, lease, beat, how != 1)
 		return l, reply, nil
 	case err == nil && fence < 0:
 		return nil, reply, nil

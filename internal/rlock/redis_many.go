@@ -98,7 +98,7 @@ func (r *Redis) TryAcquireOrGetMany(ctx context.Context, keys []string, lease ti
 			}
 			switch {
 			case fence > 0:
-				l := newLease(r, keys[i], toks[i], fence, lease, beat, how != 1)
+				l := NewLease(r.holder, keys[i], toks[i], fence, lease, beat, how != 1)
 				looks[i].Lease = l
 			case fence < 0:
 				looks[i].Fresh = true
@@ -183,7 +183,7 @@ func (r *Redis) ReleaseMany(ctx context.Context, leases []*backend.Lease) error 
 		if done {
 			continue
 		}
-		if lh, ok := h.(leaseHolder); !ok || lh.h != r {
+		if h != backend.Holder(r.holder) { // granted by another locker
 			errs = append(errs, h.Release(ctx, l.Key(), l.Token()))
 			continue
 		}

@@ -59,3 +59,24 @@ func TestRedis_TryAcquireOrGetMany(t *testing.T) {
 	}
 	_ = held.Release(ctx)
 }
+
+// ReleaseMany releases a lease that another locker granted through that
+// locker (its key space), not through its own scripts.
+func TestRedis_ReleaseMany_anotherLockersLease(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	l := newLocker(t, c)
+	other, err := NewRedis(c, RedisOptions{Namespace: namespace(t) + "-other"})
+	if err != nil {
+		t.Fatalf("NewRedis: %v", err)
+	}
+	ctx := testCtx(t)
+	mine, theirs := acquire(t, l, "k", time.Minute), acquire(t, other, "k", time.Minute)
+	if err := l.ReleaseMany(ctx, []*backend.Lease{mine, theirs}); err != nil {
+		t.Fatalf("ReleaseMany: %v", err)
+	}
+	for _, lk := range []*Redis{l, other} {
+		again := acquire(t, lk, "k", time.Minute)
+		_ = again.Release(ctx)
+	}
+}
