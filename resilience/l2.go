@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -151,29 +152,25 @@ func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFu
 		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
 		return
 	}
-	var items []*loadItem
-	for i, k := range keys {
-		out := outs[k]
-		g := gots[i]
-		switch {
-		case g.Err != nil:
+	// A read is a look that tries no lock, sorted as the batch's first
+	// looks are; a key's data problem (the others fail the read) is a
+	// miss.
+	looks := make([]coord.Look[V], len(gots))
+	for i, g := range gots {
+		if g.Err != nil {
 			p.tel.CorruptEntry(ctx, nil)
-		case g.Freshness == cache.Fresh:
-			p.fillL1(k, g.Entry, out.o)
-			out.o.res, out.err = fromEntry(&g.Entry, SourceL2)
-			out.set = true
 			continue
-		case g.Freshness == cache.Stale:
-			out.o.stale, out.o.hasStale = g.Entry, true
 		}
-		items = append(items, &loadItem{key: k})
+		looks[i].E, looks[i].F = g.Entry, g.Freshness
 	}
+	items, _ := p.sortLooks(ctx, keys, looks, outs, time.Time{}, SourceL2, true)
 	p.loadBatch(ctx, items, load, outs)
 }
 
-// readFailed settles the keys of a batch whose Redis read failed as a
-// whole with err, and returns those to load: none when the caller's own
-// context ended (each key fails with it), else every key, failing open.
+// readFailed settles the keys of a batch whose Redis read or look failed
+// as a whole with err, and returns those to load: none when the caller's
+// own context ended (each key fails with it), else every key, failing
+// open.
 func readFailed[V any](ctx context.Context, keys []string, err error, outs map[string]*keyOut[V]) []*loadItem {
 	if coord.Classify(ctx, err) == coord.Canceled {
 		for _, k := range keys {
@@ -198,62 +195,33 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 	if sp != nil {
 		defer sp.End()
 	}
-	ws, err := coord.Do(ctx, p.redisGuard, func(ctx context.Context) ([]rcache.Written, error) {
-		ws, err := p.co.CommitMany(ctx, writes)
-		if err != nil {
-			return nil, err
-		}
-		var failed []error
-		for _, w := range ws {
-			if w.Err != nil && coord.Classify(ctx, w.Err) == coord.Infra {
-				failed = append(failed, w.Err)
-			}
-		}
-		// Writes Redis did not answer fail open one by one (below).
-		whole, _ := coord.BatchFailure(failed, len(ws))
-		return ws, whole
-	})
+	answers, err := coord.CommitBatch(ctx, p.redisGuard, p.co, writes)
 	if err != nil {
 		p.failOpen(ctx, sp, "l2_set", err)
 	}
 	lost, refused := 0, 0
 	for i, w := range writes {
-		it := items[i]
+		it, a := items[i], answers[i]
 		out := outs[it.key]
-		var werr error
-		stored := false
-		if err != nil {
-			werr = err
-		} else {
-			werr, stored = ws[i].Err, ws[i].Stored
+		if a.Fate.Held() {
+			release = appendLease(release, it.lease)
+		} else if it.lease != nil {
+			it.lease.Forget() // released by the commit, or lost
 		}
-		switch {
-		case errors.Is(werr, backend.ErrLockLost):
-			it.lease.Forget()
+		switch a.Fate {
+		case coord.LeaseLost:
 			lost++
 			continue
-		case werr == nil && !stored:
-			// A newer fence wrote the key; the commit released the lock.
-			if it.lease != nil {
-				it.lease.Forget()
-			}
+		case coord.Outdated:
 			refused++
 			continue
-		case werr == nil:
-			if it.lease != nil {
-				it.lease.Forget() // released by the commit
-			}
-		case errors.Is(werr, cache.ErrExpiredEntry):
-			release = appendLease(release, it.lease)
-		case coord.Classify(ctx, werr) == coord.Data:
+		case coord.Corrupt:
 			p.tel.CorruptEntry(ctx, sp) // L1 needs no encoding: keep it there
-			release = appendLease(release, it.lease)
-		default:
-			if err == nil {
-				p.failOpen(ctx, sp, "l2_set", werr)
+		case coord.Failed:
+			if err == nil { // a batch's failure is recorded once, above
+				p.failOpen(ctx, sp, "l2_set", a.Err)
 			}
-			out.o.failOpen(werr)
-			release = appendLease(release, it.lease)
+			out.o.failOpen(a.Err)
 		}
 		p.fillL1(it.key, w.Entry, out.o)
 	}

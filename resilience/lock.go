@@ -127,13 +127,15 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 	wg.Wait()
 }
 
-// sortLooks sorts a batch's looks (looks[i] is keys[i]'s, begun at start):
-// it settles the keys it can, and returns the items to load and the keys
+// sortLooks sorts a batch's looks (looks[i] is keys[i]'s, begun at start),
+// or its reads without Lock (l2Many's: looks that try no lock): it
+// settles the keys it can, and returns the items to load and the keys
 // a live holder holds. A fresh value settles its key, served as src:
 // SourceL2 for the batch's first look, SourceWaited for a look after a
-// wake, which records the wait's outcome, waited. A value fresh by its
-// expiry field yet unusable is loaded without the lock, a key whose lock
-// the look won is loaded under it, and a failed look goes to lookFailed.
+// wake, which records the wait's outcome, waited. A key without a fresh
+// value or a lease (a miss, a stale copy, or a value fresh by its expiry
+// field yet unusable) is loaded without the lock, a key whose lock the
+// look won is loaded under it, and a failed look goes to lookFailed.
 // With keepStale (the first look), a stale copy is kept for the fallback
 // chain and, with StaleWhileRevalidate, served at once while another
 // process holds the key.
@@ -154,8 +156,9 @@ func (p *Pipeline[V]) sortLooks(ctx context.Context, keys []string, looks []coor
 			out.o.res, out.err = fromEntry(&e, src)
 			out.set = true
 		case lk.Err == nil && lk.Lease == nil:
-			// Fresh by its expiry field, yet unusable: a miss, loaded
-			// without the lock (counted by Decode).
+			// No lock tried (l2Many), or a value fresh by its expiry
+			// field yet unusable (counted by Decode): a miss, loaded
+			// without the lock.
 			items = append(items, &loadItem{key: k})
 		case lk.Err == nil:
 			p.tel.LockOutcome(ctx, nil, "acquired", start, lk.Lease)
@@ -205,32 +208,16 @@ func (p *Pipeline[V]) releaseLook(ctx context.Context, key string, lk *coord.Loo
 	}
 }
 
-// holdMany beats for the items' leases while their loader call runs: one
-// watchdog for the batch, extending every lease in one round trip per
-// beat. It marks an item whose lease was found lost. The returned stop
-// ends it, and the watchdogs of the leases that beat since their grant
-// (see internal/coord's lookThenLockMany), and waits for them.
+// holdMany beats for the items' leases while their loader call runs (see
+// coord.BatchHold), marking an item whose lease was found lost. The
+// returned stop ends every watchdog of the batch and waits for them.
 func (p *Pipeline[V]) holdMany(ctx context.Context, items []*loadItem) (stop func()) {
-	w := &coord.Watchdog{}
-	var leases []*backend.Lease
-	var lost []*atomic.Bool
-	var own []*coord.Grant
+	h := &coord.BatchHold{}
 	for _, it := range items {
-		switch {
-		case it.g != nil:
-			own = append(own, it.g)
-		case it.lease != nil:
-			leases = append(leases, it.lease)
-			lost = append(lost, it.lost)
-		}
+		h.Add(it.lease, it.lost, it.g)
 	}
-	w.Watch(ctx, p.co, leases, lost)
-	return func() {
-		w.Stop()
-		for _, g := range own {
-			g.End()
-		}
-	}
+	h.Watch(ctx, p.co)
+	return h.End
 }
 
 // release gives the lease back and wakes the waiters, on a goroutine of

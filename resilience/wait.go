@@ -115,16 +115,9 @@ func (p *Pipeline[V]) waitPace(start time.Time) wait.Pace {
 func (p *Pipeline[V]) lookAgain(ctx context.Context, woken []string, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) (held []string) {
 	looks, err := p.co.LookOrLockMany(ctx, woken)
 	if err != nil {
-		// The look failed as a whole: the caller's end settles every key;
-		// any other failure loads them without the service, failing open.
-		var items []*loadItem
-		for _, k := range woken {
-			if coord.Classify(ctx, err) == coord.Canceled {
-				outs[k].err, outs[k].set = err, true
-				continue
-			}
+		items := readFailed(ctx, woken, err, outs)
+		for range items {
 			p.tel.LockOutcome(ctx, nil, "failed_open", start, nil)
-			items = append(items, &loadItem{key: k, failOpen: err})
 		}
 		p.loadBatch(ctx, items, load, outs)
 		return nil
