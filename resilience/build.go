@@ -29,7 +29,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 	c := b.c
 	// The refusals of the builder's methods come first, then the problems
 	// that the rules of package settings find over the settings together.
-	c.Config = c.WithDefaults(defaults)
+	c.Config = c.WithDefaults()
 	errs := make([]error, 0, len(c.errs))
 	for _, e := range c.errs {
 		errs = append(errs, e)
@@ -114,20 +114,10 @@ func (p *Pipeline[V]) deps() coord.Deps[V] {
 	}
 }
 
-// defaults are the builder's defaults (settings.go) as package settings
-// takes them.
-var defaults = settings.Defaults{
-	Timeout: DefaultTimeout, FlightTimeout: DefaultFlightTimeout, Jitter: DefaultJitter,
-	Lock: settings.Lock{
-		Lease: DefaultLockLease, MaxWait: DefaultLockMaxWait, Heartbeat: DefaultLockHeartbeat,
-		Poll: 200 * time.Millisecond,
-	},
-}
-
 // lockDefaults is l with the defaults of its zero fields (see
 // [LockSettings]), and its heartbeat capped at a third of its lease.
 func lockDefaults(l LockSettings) LockSettings {
-	return LockSettings(settings.Lock(l).WithDefaults(defaults.Lock))
+	return LockSettings(settings.Lock(l).WithDefaults())
 }
 
 // safeDefault wraps the user's Default so that a panic there becomes a

@@ -17,8 +17,8 @@ import (
 // pending is what a look found that calls for a load, or a wait: the rest
 // of a miss, which fetchLoad runs.
 type pending[V any] struct {
-	// relook: the caller's context ended during the look; the rest starts
-	// with a look of its own.
+	// relook: no look answered (the caller's context ended during it, or
+	// a refresh has had none); the rest starts with a look of its own.
 	relook bool
 	// mark is the notifier's, taken before the look: a subscription
 	// after it misses no announcement since.
@@ -142,16 +142,30 @@ func (p *Pipeline[V]) l2Fresh(e *rcache.Entry[V]) bool {
 	return !e.NotFound && e.StaleUntil.Add(-p.grace).After(time.Now())
 }
 
-// fetchLoad is the rest of a miss after fetchLook: the lock, then the
-// loader, or the wait for another holder's value. A panic of user code
+// fetchLoad is the rest of a miss after fetchLook (all of it, given a
+// pd of relook): the lock, then the loader, or the wait for another
+// holder's value. A panic of user code
 // that escaped its own stage's recovery becomes a [*PanicError].
 func (p *Pipeline[V]) fetchLoad(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], pd *pending[V]) (err error) {
 	defer recoverPanic("pipeline", &err)
-	if pd.relook {
-		// The look was cut short by its caller's leaving: look again,
-		// for those who stay.
+	for {
 		var finished bool
-		*pd, finished, err = p.fetchLook(ctx, key, load, o, false)
+		switch {
+		case pd.relook:
+			// No look answered (a look cut short by its caller's leaving
+			// is tried again, for those who stay): look.
+			*pd, finished, err = p.fetchLook(ctx, key, load, o, false)
+		case !pd.locked && p.locker != nil && !o.res.FailedOpen:
+			// After a plain read that found no value to serve (with
+			// StaleWhileRevalidate): the look through the lock.
+			*pd, finished, err = p.lookLocked(ctx, key, o, *pd, false)
+		case pd.locked:
+			return p.lockedRest(ctx, key, load, o, pd)
+		default:
+			return p.loadAndStore(ctx, key, load, nil, o)
+		}
+		// A look answers, or is cut short again (its caller is gone), or
+		// leaves in pd what the next step needs.
 		switch {
 		case finished:
 			return err
@@ -159,22 +173,6 @@ func (p *Pipeline[V]) fetchLoad(ctx context.Context, key string, load LoadFunc[V
 			return ctx.Err()
 		}
 	}
-	if !pd.locked && p.locker != nil && !o.res.FailedOpen {
-		// After a plain read that found no value to serve (with
-		// StaleWhileRevalidate): the look through the lock.
-		var finished bool
-		*pd, finished, err = p.lookLocked(ctx, key, o, *pd, false)
-		switch {
-		case finished:
-			return err
-		case pd.relook:
-			return ctx.Err()
-		}
-	}
-	if pd.locked {
-		return p.lockedRest(ctx, key, load, o, pd)
-	}
-	return p.loadAndStore(ctx, key, load, nil, o)
 }
 
 // keyOut is one key's outcome in a batch's shared load.
@@ -199,12 +197,7 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 	// answered, not one return value.
 	defer func() {
 		if v := recover(); v != nil {
-			pe := panicked("pipeline", v)
-			for _, out := range outs {
-				if !out.set {
-					out.err, out.set = pe, true
-				}
-			}
+			failUnset(outs, panicked("pipeline", v))
 		}
 	}()
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
@@ -248,15 +241,20 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 		}
 		if err := ctx.Err(); err != nil {
 			// The chunks not reached fail with the caller's end.
-			for _, out := range outs {
-				if !out.set {
-					out.err, out.set = err, true
-				}
-			}
+			failUnset(outs, err)
 			break
 		}
 	}
 	return outs
+}
+
+// failUnset answers with err every key of outs not answered yet.
+func failUnset[V any](outs map[string]*keyOut[V], err error) {
+	for _, out := range outs {
+		if !out.set {
+			out.err, out.set = err, true
+		}
+	}
 }
 
 // fillL1 copies an entry read from L2 into L1, keeping L1's TTL no longer

@@ -100,13 +100,11 @@ func (p *Pipeline[V]) Refresh(ctx context.Context, key string, load LoadFunc[V])
 
 // reload is a refresh's load: the whole shared part of a miss (L2, then
 // the lock, then the loader), answered only by an entry written after
-// after. It returns its *outcome[V].
+// after. It returns its *outcome[V]. Its ctx is the refresh's own, which
+// no caller cuts short: fetchLoad starts with the look.
 func (p *Pipeline[V]) reload(ctx context.Context, key string, load LoadFunc[V], after time.Time) (any, error) {
 	o := &outcome[V]{refresh: true, after: after}
-	pd, finished, err := p.fetchLook(ctx, key, load, o, false)
-	if finished {
-		return o, err
-	}
+	pd := pending[V]{relook: true}
 	return o, p.fetchLoad(ctx, key, load, o, &pd)
 }
 

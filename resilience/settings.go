@@ -5,8 +5,10 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
+	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
+	"github.com/herdguard/herdguard/internal/settings"
 	"github.com/herdguard/herdguard/keyring"
 )
 
@@ -18,43 +20,43 @@ const (
 	// DefaultMaxEntries bounds the in-process cache.
 	DefaultMaxEntries = rcache.DefaultMaxEntries
 	// DefaultJitter spreads TTLs over their last 10%.
-	DefaultJitter = 0.1
+	DefaultJitter = settings.DefaultJitter
 	// DefaultTimeout bounds one loader attempt of a keyed pipeline. A
 	// [Builder.Keyless] pipeline has no attempt timeout unless
 	// [Builder.Timeout] sets one: its calls are bounded by the caller's
 	// context and [Builder.CallTimeout].
-	DefaultTimeout = 10 * time.Second
+	DefaultTimeout = settings.DefaultTimeout
 	// DefaultFlightTimeout bounds a shared load, which runs detached from
 	// its callers' contexts so that one caller leaving does not cancel it
 	// for the others.
-	DefaultFlightTimeout = time.Minute
+	DefaultFlightTimeout = settings.DefaultFlightTimeout
 	// DefaultLockLease is how long a lock holder owns the lock before it
 	// expires on its own; a watchdog extends it while the loader runs.
-	DefaultLockLease = 30 * time.Second
+	DefaultLockLease = settings.DefaultLockLease
 	// DefaultLockMaxWait caps the wait while the holder is still alive
 	// (beating).
-	DefaultLockMaxWait = 30 * time.Second
+	DefaultLockMaxWait = settings.DefaultLockMaxWait
 	// DefaultLockHeartbeat is how often a holder beats (extends its lease
 	// and records that it lives); a holder silent for two beats is taken
 	// over by one waiter.
-	DefaultLockHeartbeat = time.Second
+	DefaultLockHeartbeat = settings.DefaultLockHeartbeat
 	// DefaultRedisTimeout bounds each Redis operation.
-	DefaultRedisTimeout = 200 * time.Millisecond
+	DefaultRedisTimeout = coord.DefaultRedisTimeout
 	// DefaultBackendTimeout bounds each operation of a [backend.Backend], from
 	// when the backend sends it (see [backend.Budget]). It is longer than
 	// Redis's: a database statement serves a batch of calls, may wait for
 	// another process's row locks, and prepares itself on the first use
 	// of a new connection; on a busy two-core machine such statements
 	// took up to about 650 ms while the database was answering.
-	DefaultBackendTimeout = time.Second
+	DefaultBackendTimeout = coord.DefaultBackendTimeout
 	// DefaultRedisOpenTimeout is how long the Redis breaker stays open
 	// before it lets one probe through: a failed Redis costs one operation
 	// a second, and a Redis that is back (restarted, or a Cluster replica
 	// promoted) serves again within about a second.
-	DefaultRedisOpenTimeout = time.Second
+	DefaultRedisOpenTimeout = coord.DefaultOpenTimeout
 	// DefaultRedisFailureRatio opens the Redis breaker when half the
 	// operations of the last 10 seconds failed, from 20 operations on.
-	DefaultRedisFailureRatio = 0.5
+	DefaultRedisFailureRatio = coord.DefaultFailureRatio
 	// DefaultPrefix prefixes every Redis key.
 	DefaultPrefix = rkey.DefaultPrefix
 )

@@ -13,37 +13,26 @@ import (
 // dead, so it is tried even while the breaker is open, and given time.
 const releaseTimeout = 5 * time.Second
 
-// wireDefaults are the defaults of the Redis and backend options
-// (settings.go) as package coord takes them.
-var wireDefaults = coord.Defaults{
-	Prefix: DefaultPrefix, RedisTimeout: DefaultRedisTimeout, BackendTimeout: DefaultBackendTimeout,
-	OpenTimeout: DefaultRedisOpenTimeout, FailureRatio: DefaultRedisFailureRatio,
-}
-
-// wire wires the pipeline to its Redis or its Backend (coord.Wire): the
-// L2, the notifier (whose announcements keep L1 coherent: see
-// writeHooks), with Lock the lock, the guard (breaker and operation
-// timeout) around them, and the seam; or, with Lock alone, the embedded
-// default (coord.WireMemory). It keeps what it built. A setting that the
-// wiring refused comes back as a [*ConfigError] naming the field; any
-// other error as it is.
+// wire wires the pipeline to its Redis or its Backend (coord.Wire, which
+// fills the zero options with their defaults): the L2, the notifier
+// (whose announcements keep L1 coherent: see writeHooks), with Lock the
+// lock, the guard (breaker and operation timeout) around them, and the
+// seam; or, with Lock alone, the embedded default (coord.WireMemory). It
+// keeps what it built. A setting that the wiring refused comes back as a
+// [*ConfigError] naming the field; any other error as it is.
 func (p *Pipeline[V]) wire(c config[V]) error {
 	var w *coord.Wired[V]
 	switch {
 	case c.redis != nil || c.backend != nil:
 		p.writes.origin = newOrigin()
-		r, b := c.redisOpts, c.backendOpts
-		o := coord.Options{
-			Client: c.redis, Backend: c.backend, Namespace: c.name, Defaults: wireDefaults,
-			Prefix: r.Prefix, Codec: r.Codec, Encrypt: r.Encrypt, OpTimeout: r.OpTimeout,
-			Breaker: r.SharedBreaker, BreakerSettings: r.Breaker, BreakerName: "redis", BreakerField: "RedisOptions",
-			Lock: c.lockOn, Heartbeat: lockDefaults(c.lock).Heartbeat,
-			OnCorrupt: p.tel.Undecodable, Hooks: p.writeHooks(), OnBreaker: p.breakerObserver(nil, c.onBreaker),
-		}
+		o := redisWiring(c.redisOpts)
 		if c.backend != nil {
-			o.Codec, o.Encrypt, o.OpTimeout = b.Codec, b.Encrypt, b.OpTimeout
-			o.Breaker, o.BreakerSettings, o.BreakerName, o.BreakerField = b.SharedBreaker, b.Breaker, "backend", "BackendOptions"
+			o = backendWiring(c.backendOpts)
 		}
+		o.Client, o.Backend, o.Namespace = c.redis, c.backend, c.name
+		o.Lock, o.Heartbeat = c.lockOn, lockDefaults(c.lock).Heartbeat
+		o.OnCorrupt, o.Hooks = p.tel.Undecodable, p.writeHooks()
+		o.OnBreaker = p.breakerObserver(nil, c.onBreaker)
 		var err error
 		if w, err = coord.Wire(o, p.deps()); err != nil {
 			var se *coord.SettingError
@@ -60,6 +49,22 @@ func (p *Pipeline[V]) wire(c config[V]) error {
 	p.redisGuard, p.l2, p.notifier, p.locker, p.co = w.Guard, w.L2, w.Notifier, w.Locker, w.Coord
 	p.closers = append(p.closers, w.Closers...)
 	return nil
+}
+
+// redisWiring is what package coord takes of the Redis options.
+func redisWiring(r RedisOptions) coord.Options {
+	return coord.Options{
+		Prefix: r.Prefix, Codec: r.Codec, Encrypt: r.Encrypt, OpTimeout: r.OpTimeout,
+		Breaker: r.SharedBreaker, BreakerSettings: r.Breaker,
+	}
+}
+
+// backendWiring is what package coord takes of the backend options.
+func backendWiring(b BackendOptions) coord.Options {
+	return coord.Options{
+		Codec: b.Codec, Encrypt: b.Encrypt, OpTimeout: b.OpTimeout,
+		Breaker: b.SharedBreaker, BreakerSettings: b.Breaker,
+	}
 }
 
 // writeHooks makes the pipeline's subscription drop L1 entries that other

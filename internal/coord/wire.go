@@ -19,8 +19,8 @@ import (
 
 // Options is what [Wire] builds a pipeline's service from: the
 // pipeline's settings, Redis's with Client or else a Backend's. [Wire]
-// takes their defaults; [WireRedis] and [WireBackend] take them already
-// filled.
+// fills their zero settings with its defaults; [WireRedis] and
+// [WireBackend] take them already filled.
 type Options struct {
 	// Client is the pipeline's Redis, for WireRedis: a single node,
 	// Sentinel or Cluster client.
@@ -41,14 +41,10 @@ type Options struct {
 	OpTimeout time.Duration
 	// Breaker is the breaker around the service's operations: for
 	// [Wire], a breaker the pipeline shares, or nil for one of its own,
-	// built from BreakerSettings and named BreakerName unless those name
-	// it. BreakerField is the Builder's field that a refusal of
-	// BreakerSettings names ("RedisOptions", "BackendOptions"), and
-	// OnBreaker hears the breaker's transitions.
+	// built from BreakerSettings. OnBreaker hears the breaker's
+	// transitions.
 	Breaker         *breaker.Breaker
 	BreakerSettings breaker.Settings
-	BreakerName     string
-	BreakerField    string
 	OnBreaker       func(name string, from, to breaker.State)
 	// Lock says whether the pipeline locks, and Heartbeat is its lock
 	// holders' beat (a backend is told it with or without Lock).
@@ -58,8 +54,6 @@ type Options struct {
 	OnCorrupt func(key string, err error)
 	// Hooks hear the service's announcements.
 	Hooks Hooks
-	// Defaults fill, for [Wire], the zero settings above.
-	Defaults Defaults
 }
 
 // Hooks are a pipeline's answers to the announcements of its service.

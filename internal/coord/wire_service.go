@@ -7,38 +7,45 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/rcache"
+	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/internal/rlock"
 	"github.com/herdguard/herdguard/lock"
 )
 
-// Defaults are the settings of [Options] that [Wire] fills when the
-// pipeline left them zero. Package resilience passes its public Default
-// constants in.
-type Defaults struct {
-	Prefix         string        // of the Redis keys
-	RedisTimeout   time.Duration // OpTimeout with Redis
-	BackendTimeout time.Duration // OpTimeout with a backend
-	// OpenTimeout and FailureRatio are those of the breaker around the
-	// service, when its settings give neither.
-	OpenTimeout  time.Duration
-	FailureRatio float64
-}
+// The defaults that [Wire] gives the settings of [Options] left zero
+// (Prefix defaults to rkey.DefaultPrefix). Package resilience publishes
+// them as DefaultRedisTimeout, DefaultBackendTimeout,
+// DefaultRedisOpenTimeout and DefaultRedisFailureRatio, whose doc
+// comments give the reason for each value.
+const (
+	// DefaultRedisTimeout is OpTimeout with Redis.
+	DefaultRedisTimeout = 200 * time.Millisecond
+	// DefaultBackendTimeout is OpTimeout with a backend.
+	DefaultBackendTimeout = time.Second
+	// DefaultOpenTimeout and DefaultFailureRatio are those of the breaker
+	// around the service, when its settings give neither.
+	DefaultOpenTimeout  = time.Second
+	DefaultFailureRatio = 0.5
+)
 
 // Wire wires the pipeline to its service, Redis with o.Client
 // ([WireRedis]) or else o.Backend ([WireBackend]), after it fills o's
-// zero settings with o.Defaults and finds the breaker around the service:
-// o.Breaker when it is set (a breaker the pipeline shares), or one built
-// from o.BreakerSettings, named o.BreakerName unless those name it. The
-// pipeline hears the breaker's transitions through o.OnBreaker until its
-// Close (the last of the closers). Settings that the breaker refuses are
-// a [*SettingError] for o.BreakerField; on any error, what Wire started
-// is stopped.
+// zero settings with the defaults above and finds the breaker around the
+// service: o.Breaker when it is set (a breaker the pipeline shares), or
+// one built from o.BreakerSettings, named "redis" or "backend" unless
+// those name it. The pipeline hears the breaker's transitions through
+// o.OnBreaker until its Close (the last of the closers). Settings that
+// the breaker refuses are a [*SettingError] of the Builder's field that
+// holds them, RedisOptions or BackendOptions; on any error, what Wire
+// started is stopped.
 func Wire[V any](o Options, d Deps[V]) (*Wired[V], error) {
-	build, timeout := WireBackend[V], o.Defaults.BackendTimeout
+	build, timeout := WireBackend[V], DefaultBackendTimeout
+	name, field := "backend", "BackendOptions"
 	if o.Client != nil {
-		build, timeout = WireRedis[V], o.Defaults.RedisTimeout
+		build, timeout = WireRedis[V], DefaultRedisTimeout
+		name, field = "redis", "RedisOptions"
 		if o.Prefix == "" {
-			o.Prefix = o.Defaults.Prefix
+			o.Prefix = rkey.DefaultPrefix
 		}
 	}
 	if o.OpTimeout == 0 {
@@ -47,17 +54,17 @@ func Wire[V any](o Options, d Deps[V]) (*Wired[V], error) {
 	if o.Breaker == nil {
 		bs := o.BreakerSettings
 		if bs.Name == "" {
-			bs.Name = o.BreakerName
+			bs.Name = name
 		}
 		if bs.OpenTimeout == 0 {
-			bs.OpenTimeout = o.Defaults.OpenTimeout
+			bs.OpenTimeout = DefaultOpenTimeout
 		}
 		if bs.Failures == 0 && bs.FailureRatio == 0 {
-			bs.FailureRatio = o.Defaults.FailureRatio
+			bs.FailureRatio = DefaultFailureRatio
 		}
 		br, err := breaker.New(bs)
 		if err != nil {
-			return nil, &SettingError{Field: o.BreakerField, Problem: err.Error()}
+			return nil, &SettingError{Field: field, Problem: err.Error()}
 		}
 		o.Breaker = br
 	}

@@ -57,14 +57,18 @@ type Lock struct {
 	Poll      time.Duration
 }
 
-// Defaults are the values the settings take when the builder did not set
-// them. resilience passes its public Default constants in.
-type Defaults struct {
-	Timeout       time.Duration // of a keyed pipeline's attempt
-	FlightTimeout time.Duration
-	Jitter        float64
-	Lock          Lock
-}
+// The values the settings take when the builder did not set them.
+// Package resilience publishes them, the poll's aside, as its Default
+// constants, whose doc comments say what each bounds and why.
+const (
+	DefaultTimeout       = 10 * time.Second // of a keyed pipeline's attempt
+	DefaultFlightTimeout = time.Minute
+	DefaultJitter        = 0.1
+	DefaultLockLease     = 30 * time.Second
+	DefaultLockMaxWait   = 30 * time.Second
+	DefaultLockHeartbeat = time.Second
+	DefaultLockPoll      = 200 * time.Millisecond
+)
 
 // Problem is one thing wrong with the settings: the builder method to
 // change (Field) and what is wrong (Problem).
@@ -72,18 +76,19 @@ type Problem struct {
 	Field, Problem string
 }
 
-// WithDefaults returns c with d in place of each setting left unset. A
-// Keyless pipeline takes no attempt timeout: its calls run on their
-// caller's context (and CallTimeout). L1TTL defaults to the Cache ttl.
-func (c Config) WithDefaults(d Defaults) Config {
+// WithDefaults returns c with the defaults in place of each setting left
+// unset. A Keyless pipeline takes no attempt timeout: its calls run on
+// their caller's context (and CallTimeout). L1TTL defaults to the Cache
+// ttl.
+func (c Config) WithDefaults() Config {
 	if !c.TimeoutSet && !c.Keyless {
-		c.Timeout = d.Timeout
+		c.Timeout = DefaultTimeout
 	}
 	if c.FlightTimeout == 0 {
-		c.FlightTimeout = d.FlightTimeout
+		c.FlightTimeout = DefaultFlightTimeout
 	}
 	if !c.JitterSet {
-		c.Jitter = d.Jitter
+		c.Jitter = DefaultJitter
 	}
 	if c.L1TTL == 0 {
 		c.L1TTL = c.TTL
@@ -91,21 +96,21 @@ func (c Config) WithDefaults(d Defaults) Config {
 	return c
 }
 
-// WithDefaults returns l with d's field in place of each zero one, and
-// the heartbeat capped at a third of the lease, so that a holder beats
-// at least twice before its lease runs out.
-func (l Lock) WithDefaults(d Lock) Lock {
+// WithDefaults returns l with the default in place of each zero field,
+// and the heartbeat capped at a third of the lease, so that a holder
+// beats at least twice before its lease runs out.
+func (l Lock) WithDefaults() Lock {
 	if l.Lease == 0 {
-		l.Lease = d.Lease
+		l.Lease = DefaultLockLease
 	}
 	if l.MaxWait == 0 {
-		l.MaxWait = d.MaxWait
+		l.MaxWait = DefaultLockMaxWait
 	}
 	if l.Poll == 0 {
-		l.Poll = d.Poll
+		l.Poll = DefaultLockPoll
 	}
 	if l.Heartbeat == 0 {
-		l.Heartbeat = d.Heartbeat
+		l.Heartbeat = DefaultLockHeartbeat
 	}
 	l.Heartbeat = min(l.Heartbeat, l.Lease/3)
 	return l

@@ -9,11 +9,14 @@ import (
 	"github.com/herdguard/herdguard/internal/loadcall"
 )
 
-// testDefaults are defaults told apart from each other and from the
-// settings of the cases.
-var testDefaults = Defaults{
-	Timeout: 10 * time.Second, FlightTimeout: time.Minute, Jitter: 0.1,
-	Lock: Lock{Lease: 30 * time.Second, MaxWait: 20 * time.Second, Heartbeat: time.Second, Poll: 200 * time.Millisecond},
+// testDefaults are the defaults as the cases of WithDefaults expect them.
+var testDefaults = struct {
+	Timeout, FlightTimeout time.Duration
+	Jitter                 float64
+	Lock                   Lock
+}{
+	Timeout: DefaultTimeout, FlightTimeout: DefaultFlightTimeout, Jitter: DefaultJitter,
+	Lock: Lock{Lease: DefaultLockLease, MaxWait: DefaultLockMaxWait, Heartbeat: DefaultLockHeartbeat, Poll: DefaultLockPoll},
 }
 
 // cached is a keyed pipeline with a cache: the settings no rule refuses.
@@ -71,7 +74,7 @@ func TestCheck(t *testing.T) {
 			[]string{"New", "CallTimeout", "Redis", "Backend", "Lock", "StaleWhileRevalidate", "L1TTL", "Backend", "StaleWhileRevalidate", "Lock", "FlightTimeout"}, "needs a name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := tc.c.WithDefaults(testDefaults)
+			c := tc.c.WithDefaults()
 			ps := c.Check(tc.w)
 			var fields []string
 			for _, p := range ps {
@@ -89,7 +92,7 @@ func TestCheck(t *testing.T) {
 
 // TestCheck_negativeLockDurations: each negative lock duration is named.
 func TestCheck_negativeLockDurations(t *testing.T) {
-	c := cached().WithDefaults(testDefaults)
+	c := cached().WithDefaults()
 	ps := c.Check(Wiring{Name: "p", LockOn: true, Lock: Lock{Lease: -1, MaxWait: -1, Poll: -1, Heartbeat: -1}})
 	var got []string
 	for _, p := range ps {
@@ -127,7 +130,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 			Config{Cache: true, TTL: time.Hour, L1TTL: time.Minute, Timeout: d.Timeout, FlightTimeout: d.FlightTimeout, Jitter: d.Jitter}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.c.WithDefaults(d); got != tc.want {
+			if got := tc.c.WithDefaults(); got != tc.want {
 				t.Errorf("WithDefaults = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -147,7 +150,7 @@ func TestLock_WithDefaults(t *testing.T) {
 		{"set heartbeat capped", Lock{Lease: 3 * time.Second, Heartbeat: 2 * time.Second}, Lock{Lease: 3 * time.Second, MaxWait: d.MaxWait, Heartbeat: time.Second, Poll: d.Poll}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.l.WithDefaults(d); got != tc.want {
+			if got := tc.l.WithDefaults(); got != tc.want {
 				t.Errorf("WithDefaults = %+v, want %+v", got, tc.want)
 			}
 		})
