@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -104,19 +103,9 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 			g.Lease.Forget() // released by the commit
 			g.Released = true
 		}
-		switch {
-		case errors.Is(err, backend.ErrLockLost):
-			p.tel.LeaseLost(ctx, sp)
-			return
-		case errors.Is(err, cache.ErrExpiredEntry):
-			// Nothing to keep: the entry's grace ended while it loaded.
-		case err != nil && coord.Classify(ctx, err) == coord.Data:
-			p.tel.CorruptEntry(ctx, sp) // L1 needs no encoding: keep it there
-		case err != nil:
-			o.failOpen(err)
-			p.failOpen(ctx, sp, "l2_set", err)
-		case !stored:
-			if sp != nil {
+		fate := coord.FateOf(ctx, rcache.Written{Stored: stored, Err: err})
+		if !p.committed(ctx, sp, fate, err, false, o) {
+			if fate == coord.Outdated && sp != nil {
 				sp.AddEvent("write refused: a newer fence wrote the key")
 				sp.SetStatus(codes.Unset, "")
 			}
@@ -199,7 +188,7 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 	if err != nil {
 		p.failOpen(ctx, sp, "l2_set", err)
 	}
-	lost, refused := 0, 0
+	refused := 0
 	for i, w := range writes {
 		it, a := items[i], answers[i]
 		out := outs[it.key]
@@ -208,30 +197,41 @@ func (p *Pipeline[V]) storeMany(ctx context.Context, writes []rcache.Write[V], i
 		} else if it.lease != nil {
 			it.lease.Forget() // released by the commit, or lost
 		}
-		switch a.Fate {
-		case coord.LeaseLost:
-			lost++
-			continue
-		case coord.Outdated:
+		if a.Fate == coord.Outdated {
 			refused++
-			continue
-		case coord.Corrupt:
-			p.tel.CorruptEntry(ctx, sp) // L1 needs no encoding: keep it there
-		case coord.Failed:
-			if err == nil { // a batch's failure is recorded once, above
-				p.failOpen(ctx, sp, "l2_set", a.Err)
-			}
-			out.o.failOpen(a.Err)
 		}
-		p.fillL1(it.key, w.Entry, out.o)
-	}
-	for range lost {
-		p.tel.LeaseLost(ctx, sp)
+		// A batch's failure as a whole (err) is recorded once, above.
+		if p.committed(ctx, sp, a.Fate, a.Err, err != nil, out.o) {
+			p.fillL1(it.key, w.Entry, out.o)
+		}
 	}
 	if sp != nil && refused > 0 {
 		sp.AddEvent("writes refused: a newer fence wrote the key", trace.WithAttributes(attrKeys.Int(refused)))
 	}
 	return release
+}
+
+// committed records on sp what became of one write-back (fate, with err)
+// and reports whether L1 takes its entry: not when the write was refused
+// (a newer fence wrote the key) or its lease was lost, since a newer value
+// exists or may. A write the service failed fails open, unless whole says
+// the batch's failure as a whole was recorded already.
+func (p *Pipeline[V]) committed(ctx context.Context, sp trace.Span, fate coord.Fate, err error, whole bool, o *outcome[V]) bool {
+	switch fate {
+	case coord.LeaseLost:
+		p.tel.LeaseLost(ctx, sp)
+		return false
+	case coord.Outdated:
+		return false
+	case coord.Corrupt:
+		p.tel.CorruptEntry(ctx, sp) // L1 needs no encoding: keep it there
+	case coord.Failed:
+		if !whole {
+			p.failOpen(ctx, sp, "l2_set", err)
+		}
+		o.failOpen(err)
+	}
+	return true
 }
 
 func appendLease(ls []*backend.Lease, l *backend.Lease) []*backend.Lease {

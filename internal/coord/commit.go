@@ -76,13 +76,15 @@ func CommitBatch[V any](ctx context.Context, g *Guard, co committer[V], writes [
 		if whole == nil {
 			w = ws[i]
 		}
-		answers[i] = Committed{Fate: fateOf(ctx, w), Err: w.Err}
+		answers[i] = Committed{Fate: FateOf(ctx, w), Err: w.Err}
 	}
 	return answers, whole
 }
 
-// fateOf is what became of the write whose answer is w, under ctx.
-func fateOf(ctx context.Context, w rcache.Written) Fate {
+// FateOf is what became of the write whose answer is w, under ctx: a
+// batch's, or one key's (a plain write that was not stored met a newer
+// fence: Outdated).
+func FateOf(ctx context.Context, w rcache.Written) Fate {
 	switch {
 	case errors.Is(w.Err, backend.ErrLockLost):
 		return LeaseLost
