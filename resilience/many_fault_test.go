@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/herdguard/herdguard/internal/redistest"
 	"github.com/herdguard/herdguard/internal/rscript"
@@ -23,32 +26,36 @@ func TestGetMany_lateRoundTrip_failsOpenItsKeysAlone(t *testing.T) {
 		t.Run(late, func(t *testing.T) {
 			srv := redistest.Start(t)
 			ctx := redistest.Context(t, 30*time.Second)
+			admin := srv.Client()
+			t.Cleanup(func() { _ = admin.Close() })
+			// The pause outlasts the 200 ms operation timeout: the first
+			// round trip fails; the second, sent then, is answered once
+			// the pause ends. It starts as the round trip goes out (a
+			// hook of the first pod's client), however long the batch
+			// took to get there on a loaded machine.
+			pauser := &pauseNextScripts{pause: func(ctx context.Context) error {
+				return admin.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err()
+			}}
 			pods := make([]*Pipeline[string], 2)
 			for i := range pods {
-				pods[i] = build(t, New[string]("many-late").Cache(time.Minute).Redis(srv.Client()).Lock(LockSettings{}))
+				client := srv.Client()
+				if i == 0 {
+					client.AddHook(pauser)
+				}
+				pods[i] = build(t, New[string]("many-late").Cache(time.Minute).Redis(client).Lock(LockSettings{}))
 			}
 			perTrip := rscript.Wave * rscript.MaxKeys
 			keys := make([]string, 4*perTrip)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("k%05d", i)
 			}
-			admin := srv.Client()
-			t.Cleanup(func() { _ = admin.Close() })
-			// The pause outlasts the 200 ms operation timeout: the first
-			// round trip fails; the second, sent then, is answered once
-			// the pause ends.
-			pause := func(ctx context.Context) error { return admin.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err() }
 			first := &batchLoader{}
 			load := first.load
 			if late == "look" {
-				if err := pause(ctx); err != nil {
-					t.Fatal(err)
-				}
+				pauser.armed.Store(true)
 			} else {
 				load = func(ctx context.Context, keys []string) (map[string]string, error) {
-					if err := pause(ctx); err != nil {
-						return nil, err
-					}
+					pauser.armed.Store(true)
 					return first.load(ctx, keys)
 				}
 			}
@@ -61,6 +68,9 @@ func TestGetMany_lateRoundTrip_failsOpenItsKeysAlone(t *testing.T) {
 				if r.FailedOpen {
 					open = append(open, k)
 				}
+			}
+			if err := pauser.err.Load(); err != nil {
+				t.Fatalf("CLIENT PAUSE: %v", *err)
 			}
 			if len(open) == 0 || len(open) > perTrip {
 				t.Fatalf("%d of %d keys failed open; want those of the late round trip alone (1 to %d)", len(open), len(keys), perTrip)
@@ -76,5 +86,28 @@ func TestGetMany_lateRoundTrip_failsOpenItsKeysAlone(t *testing.T) {
 			}
 			t.Logf("%d keys failed open, the second pod loaded %d", len(open), len(slices.Concat(second.snapshot()...)))
 		})
+	}
+}
+
+// pauseNextScripts is a hook of a go-redis client: once armed, the next
+// round trip of scripts it sends (a batch's look or write-back, in waves
+// of EVALSHA) first runs pause, then goes out.
+type pauseNextScripts struct {
+	armed atomic.Bool
+	pause func(ctx context.Context) error
+	err   atomic.Pointer[error] // pause's error, if it failed
+}
+
+func (h *pauseNextScripts) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pauseNextScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *pauseNextScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "evalsha" && h.armed.CompareAndSwap(true, false) {
+			if err := h.pause(ctx); err != nil {
+				h.err.Store(&err)
+			}
+		}
+		return next(ctx, cmds)
 	}
 }
