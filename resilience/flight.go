@@ -140,40 +140,23 @@ type answer[V any] struct {
 }
 
 // joinFlightMany is joinFlight for a batch's keys, without a goroutine per
-// key: it joins the flights under way (their answers come from the
-// flights' hooks) and leads the others, whose one shared batch load runs
-// detached from ctx, as handOff's does (a caller whose ctx cannot end runs
-// it itself). Without the single-flight the load runs on ctx, on the
+// key: it joins the flights under way and leads the others (see
+// internal/flight's LeadMany), whose one shared batch load runs detached
+// from ctx, as handOff's does (a caller whose ctx cannot end runs it
+// itself). Without the single-flight the load runs on ctx, on the
 // caller's goroutine. Every key's answer goes to answers, which has room
 // for them all.
 func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load LoadManyFunc[V], answers chan<- answer[V]) {
-	ours := keys
-	var led map[string]*flight[V]
-	if p.group != nil {
-		ours = nil
-		led = make(map[string]*flight[V])
-		for _, k := range keys {
-			f, mine := p.group.Lead(k, func(val any, err error) {
-				o, _ := val.(*outcome[V])
-				answers <- answer[V]{key: k, o: o, err: err, joined: true}
-			})
-			if mine {
-				ours = append(ours, k)
-				led[k] = f
-			}
-		}
-	}
+	b := p.group.LeadMany(keys, func(k string, val any, err error, joined bool) {
+		o, _ := val.(*outcome[V])
+		answers <- answer[V]{key: k, o: o, err: err, joined: joined}
+	})
+	ours := b.Keys()
 	if len(ours) == 0 {
 		return
 	}
 	deliver := func(outs map[string]*keyOut[V]) {
-		for _, k := range ours {
-			out := outs[k]
-			if f := led[k]; f != nil {
-				p.group.End(k, f, out.o, out.err)
-			}
-			answers <- answer[V]{key: k, o: out.o, err: out.err}
-		}
+		b.End(func(k string) (any, error) { return outs[k].o, outs[k].err })
 	}
 	if p.group == nil {
 		// Nobody else waits for these loads: they run on the caller's
@@ -186,11 +169,7 @@ func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load Lo
 	if !p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil}, func(fctx context.Context) {
 		deliver(p.fetchMany(fctx, ours, load))
 	}) {
-		outs := make(map[string]*keyOut[V], len(ours))
-		for _, k := range ours {
-			outs[k] = &keyOut[V]{o: &outcome[V]{}, err: ErrClosed}
-		}
-		deliver(outs)
+		b.End(func(string) (any, error) { return &outcome[V]{}, ErrClosed })
 	}
 }
 

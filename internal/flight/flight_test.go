@@ -2,6 +2,7 @@ package flight
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -168,4 +169,99 @@ func TestDo_sharesOneRun(t *testing.T) {
 			t.Fatal("the flight that panicked is still under way")
 		}
 	})
+}
+
+// TestLeadMany_leadsTheFreeKeysAndHearsEveryKeyOnce: a batch leads the
+// keys with no flight under way and joins the others; each key's result
+// reaches hear once, a joined key's when its flight ends, a led key's
+// when the batch ends it, after its flight has ended for its own
+// joiners. A nil Group leads every key.
+func TestLeadMany_leadsTheFreeKeysAndHearsEveryKeyOnce(t *testing.T) {
+	tests := []struct {
+		name     string
+		nilGroup bool
+		underway []string // keys with a flight under way before the batch
+		keys     []string
+		wantLed  []string
+	}{
+		{name: "none under way", keys: []string{"a", "b"}, wantLed: []string{"a", "b"}},
+		{name: "some under way", underway: []string{"b", "x"}, keys: []string{"a", "b", "c"}, wantLed: []string{"a", "c"}},
+		{name: "all under way", underway: []string{"a", "b"}, keys: []string{"a", "b"}},
+		{name: "nil Group", nilGroup: true, keys: []string{"a", "b"}, wantLed: []string{"a", "b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := new(Group[int])
+			if tc.nilGroup {
+				g = nil
+			}
+			flights := map[string]*Call[int]{}
+			for _, k := range tc.underway {
+				flights[k], _ = g.Join(k)
+			}
+			type heard struct {
+				val    any
+				err    error
+				joined bool
+			}
+			got := map[string][]heard{}
+			b := g.LeadMany(tc.keys, func(k string, val any, err error, joined bool) {
+				if !joined && g != nil && g.Underway(k) != nil {
+					t.Errorf("the batch heard %s while its flight was under way", k)
+				}
+				got[k] = append(got[k], heard{val, err, joined})
+			})
+			if !slices.Equal(b.Keys(), tc.wantLed) {
+				t.Fatalf("the batch leads %v; want %v", b.Keys(), tc.wantLed)
+			}
+			var joiners []*Call[int] // of the flights the batch leads
+			for _, k := range b.Keys() {
+				if g != nil {
+					joiners = append(joiners, g.Underway(k))
+				}
+			}
+			for k, f := range flights {
+				g.End(k, f, "then "+k, errBoom)
+			}
+			b.End(func(k string) (any, error) { return "led " + k, nil })
+			for _, k := range tc.keys {
+				want := heard{"then " + k, errBoom, true}
+				if slices.Contains(tc.wantLed, k) {
+					want = heard{"led " + k, nil, false}
+				}
+				if len(got[k]) != 1 || got[k][0] != want {
+					t.Errorf("the batch heard %s as %+v; want once, as %+v", k, got[k], want)
+				}
+			}
+			for i, j := range joiners {
+				if j == nil {
+					t.Fatalf("no flight of %s under way while the batch led it", b.Keys()[i])
+				}
+				select {
+				case <-j.Done():
+				default:
+					t.Fatalf("a joiner of %s still waits after End", b.Keys()[i])
+				}
+				if val, err := j.Result(); val != "led "+b.Keys()[i] || err != nil {
+					t.Errorf("a joiner of %s heard %v, %v; want the batch's result", b.Keys()[i], val, err)
+				}
+			}
+			for _, k := range tc.keys {
+				if g != nil && g.Underway(k) != nil {
+					t.Errorf("%s's flight is still under way after End", k)
+				}
+			}
+		})
+	}
+}
+
+// TestDo_nilGroupRunsEachCallAlone: a nil Group shares nothing.
+func TestDo_nilGroupRunsEachCallAlone(t *testing.T) {
+	var g *Group[int]
+	for i := range 2 {
+		v, err, shared := g.Do("k", func() (any, error) { return i, errBoom })
+		if v != i || err != errBoom || shared {
+			t.Fatalf("call %d got %v, %v, shared %v; want its own run's %d, %v", i, v, err, shared, i, errBoom)
+		}
+	}
 }
