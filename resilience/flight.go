@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -27,12 +26,8 @@ import (
 type flightGroup[V any] = sflight.Group[outcome[V]]
 
 // flight is one shared load; its value is its leader's outcome, a
-// *outcome[V] that points at the flight's own (see joined).
+// *outcome[V] that points at the flight's own (see ended).
 type flight[V any] = sflight.Call[outcome[V]]
-
-// errFlightExited is the error of a shared load whose goroutine exited
-// (runtime.Goexit) before it returned.
-var errFlightExited = errors.New("resilience: shared load exited before it returned")
 
 // joinFlight runs the shared load of key, or joins the one running. A
 // caller whose ctx ends returns at once, with a nil outcome; the shared
@@ -69,24 +64,23 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		return nil, ctx.Err()
 	case <-done:
 	}
-	o := joined(f, isJoiner)
+	o, err := ended[V](f.Result())
+	if isJoiner {
+		o = asJoiner(o) // a copy of its own to relabel
+	}
 	obs.Shared(sp, isJoiner, o.leadSpan)
-	_, err := f.Result()
 	return o, err
 }
 
-// joined returns f's outcome, once f has ended: for a joiner, a copy of
-// its own to relabel.
-func joined[V any](f *flight[V], joiner bool) *outcome[V] {
-	val, _ := f.Result()
-	o, _ := val.(*outcome[V]) // fetch's outcome, even after a panic
+// ended is the outcome and error that a flight ended with, val and err.
+// A flight that exited before it returned has no outcome, and
+// internal/flight's ErrExited as its error.
+func ended[V any](val any, err error) (*outcome[V], error) {
+	o, _ := val.(*outcome[V])
 	if o == nil {
 		o = &outcome[V]{}
 	}
-	if joiner {
-		o = asJoiner(o)
-	}
-	return o
+	return o, err
 }
 
 // asJoiner is a copy of o, as a caller that joined its load sees it.
@@ -148,7 +142,7 @@ type answer[V any] struct {
 // for them all.
 func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load LoadManyFunc[V], answers chan<- answer[V]) {
 	b := p.group.LeadMany(keys, func(k string, val any, err error, joined bool) {
-		o, _ := val.(*outcome[V])
+		o, err := ended[V](val, err)
 		answers <- answer[V]{key: k, o: o, err: err, joined: joined}
 	})
 	ours := b.Keys()

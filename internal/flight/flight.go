@@ -14,7 +14,16 @@
 // it leads together ([Batch.End]), without a goroutine per key.
 package flight
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
+
+// ErrExited is the error a flight ends with when the function that ran it
+// exited before it returned: it called runtime.Goexit, or panicked. The
+// flight's joiners get it; package resilience returns it as the error of
+// a shared load that exited.
+var ErrExited = errors.New("resilience: shared load exited before it returned")
 
 // Group holds the flights under way, by key. Its zero value is ready for
 // use; it is safe for concurrent use. T is what a leader fills in its
@@ -186,9 +195,9 @@ func (b *Batch[T]) End(result func(key string) (any, error)) {
 }
 
 // Do runs fn as key's flight, or waits for the flight under way and
-// returns its result, with shared set: singleflight's Do. A panic of fn
-// ends the flight with a nil value and error, and goes on up. On a nil
-// Group, Do runs fn alone.
+// returns its result, with shared set: singleflight's Do. A flight whose
+// fn exits before it returns (runtime.Goexit, or a panic, which goes on
+// up) ends with [ErrExited]. On a nil Group, Do runs fn alone.
 func (g *Group[T]) Do(key string, fn func() (any, error)) (v any, err error, shared bool) {
 	if g == nil {
 		v, err = fn()
@@ -199,7 +208,14 @@ func (g *Group[T]) Do(key string, fn func() (any, error)) (v any, err error, sha
 		<-f.done
 		return f.val, f.err, true
 	}
-	defer func() { g.End(key, f, v, err) }()
+	returned := false
+	defer func() {
+		if !returned {
+			v, err = nil, ErrExited
+		}
+		g.End(key, f, v, err)
+	}()
 	v, err = fn()
+	returned = true
 	return v, err, false
 }

@@ -2,6 +2,7 @@ package flight
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -102,8 +103,7 @@ func TestLead_hookHearsTheFlightUnderway(t *testing.T) {
 }
 
 // TestDo_sharesOneRun: callers of Do for a key while its fn runs share
-// that run's result, shared set; a panic of fn ends the flight and goes
-// on up, and the key is free again.
+// that run's result, shared set.
 func TestDo_sharesOneRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var g Group[int]
@@ -141,34 +141,74 @@ func TestDo_sharesOneRun(t *testing.T) {
 		if runs != 1 || sharers != len(out)-1 {
 			t.Fatalf("%d runs, %d callers shared; want 1 run, %d shared", runs, sharers, len(out)-1)
 		}
-
-		panicked := make(chan any, 1)
-		joined := make(chan res, 1)
-		gate := make(chan struct{})
-		go func() {
-			defer func() { panicked <- recover() }()
-			g.Do("p", func() (any, error) {
-				<-gate
-				panic("loader")
-			})
-		}()
-		synctest.Wait() // the leader runs fn
-		go func() {
-			v, err, shared := g.Do("p", func() (any, error) { return "second run", nil })
-			joined <- res{v, err, shared}
-		}()
-		synctest.Wait() // the joiner waits for the leader
-		close(gate)
-		if p := <-panicked; p != "loader" {
-			t.Fatalf("the panic of fn: %v; want it to go on up", p)
-		}
-		if r := <-joined; r.v != nil || r.err != nil || !r.shared {
-			t.Fatalf("the joiner of a flight that panicked got %+v; want nil, nil, shared", r)
-		}
-		if g.Underway("p") != nil {
-			t.Fatal("the flight that panicked is still under way")
-		}
 	})
+}
+
+// TestDo_flightThatExits: a flight whose fn exits before it returns, by
+// runtime.Goexit or a panic, ends with ErrExited for its joiner, and the
+// key is free again; a panic still goes on up the leader's goroutine. A
+// fn that returns is the control.
+func TestDo_flightThatExits(t *testing.T) {
+	tests := []struct {
+		name      string
+		exit      func() // what fn does once its joiner waits
+		returned  bool   // the leader's Do returned
+		panicked  any    // what the leader's goroutine recovered
+		joinerVal any
+		joinerErr error
+	}{
+		{name: "runtime.Goexit", exit: runtime.Goexit, joinerErr: ErrExited},
+		{name: "panic", exit: func() { panic("loader") }, panicked: "loader", joinerErr: ErrExited},
+		{name: "returns", exit: func() {}, returned: true, joinerVal: "v", joinerErr: errBoom},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var g Group[int]
+				gate := make(chan struct{})
+				type leaderEnd struct {
+					returned bool
+					panicked any
+				}
+				leader := make(chan leaderEnd, 1)
+				go func() {
+					var e leaderEnd
+					defer func() { e.panicked = recover(); leader <- e }()
+					g.Do("k", func() (any, error) {
+						<-gate
+						tc.exit()
+						return "v", errBoom
+					})
+					e.returned = true
+				}()
+				synctest.Wait() // the leader runs fn
+				type joinerEnd struct {
+					v      any
+					err    error
+					shared bool
+				}
+				joiner := make(chan joinerEnd, 1)
+				go func() {
+					v, err, shared := g.Do("k", func() (any, error) { return "second run", nil })
+					joiner <- joinerEnd{v, err, shared}
+				}()
+				synctest.Wait() // the joiner waits for the leader
+				if !g.Waited("k") {
+					t.Fatal("nobody waits for k's flight; want its joiner to")
+				}
+				close(gate)
+				if e := <-leader; e.returned != tc.returned || e.panicked != tc.panicked {
+					t.Errorf("the leader returned %v, recovered %v; want %v, %v", e.returned, e.panicked, tc.returned, tc.panicked)
+				}
+				if j := <-joiner; j.v != tc.joinerVal || j.err != tc.joinerErr || !j.shared {
+					t.Errorf("the joiner got %v, %v, shared %v; want %v, %v, shared", j.v, j.err, j.shared, tc.joinerVal, tc.joinerErr)
+				}
+				if g.Underway("k") != nil {
+					t.Error("k's flight is still under way once its fn exited")
+				}
+			})
+		})
+	}
 }
 
 // TestLeadMany_leadsTheFreeKeysAndHearsEveryKeyOnce: a batch leads the
