@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -27,12 +26,8 @@ import (
 type flightGroup[V any] = sflight.Group[outcome[V]]
 
 // flight is one shared load; its value is its leader's outcome, a
-// *outcome[V] that points at the flight's own (see joined).
+// *outcome[V] that points at the flight's own (see ended).
 type flight[V any] = sflight.Call[outcome[V]]
-
-// errFlightExited is the error of a shared load whose goroutine exited
-// (runtime.Goexit) before it returned.
-var errFlightExited = errors.New("resilience: shared load exited before it returned")
 
 // joinFlight runs the shared load of key, or joins the one running. A
 // caller whose ctx ends returns at once, with a nil outcome; the shared
@@ -69,24 +64,23 @@ func (p *Pipeline[V]) joinFlight(ctx context.Context, key string, load LoadFunc[
 		return nil, ctx.Err()
 	case <-done:
 	}
-	o := joined(f, isJoiner)
+	o, err := ended[V](f.Result())
+	if isJoiner {
+		o = asJoiner(o) // a copy of its own to relabel
+	}
 	obs.Shared(sp, isJoiner, o.leadSpan)
-	_, err := f.Result()
 	return o, err
 }
 
-// joined returns f's outcome, once f has ended: for a joiner, a copy of
-// its own to relabel.
-func joined[V any](f *flight[V], joiner bool) *outcome[V] {
-	val, _ := f.Result()
-	o, _ := val.(*outcome[V]) // fetch's outcome, even after a panic
+// ended is the outcome and error that a flight ended with, val and err.
+// A flight that exited before it returned has no outcome, and
+// internal/flight's ErrExited as its error.
+func ended[V any](val any, err error) (*outcome[V], error) {
+	o, _ := val.(*outcome[V])
 	if o == nil {
 		o = &outcome[V]{}
 	}
-	if joiner {
-		o = asJoiner(o)
-	}
-	return o
+	return o, err
 }
 
 // asJoiner is a copy of o, as a caller that joined its load sees it.
@@ -140,40 +134,23 @@ type answer[V any] struct {
 }
 
 // joinFlightMany is joinFlight for a batch's keys, without a goroutine per
-// key: it joins the flights under way (their answers come from the
-// flights' hooks) and leads the others, whose one shared batch load runs
-// detached from ctx, as handOff's does (a caller whose ctx cannot end runs
-// it itself). Without the single-flight the load runs on ctx, on the
+// key: it joins the flights under way and leads the others (see
+// internal/flight's LeadMany), whose one shared batch load runs detached
+// from ctx, as handOff's does (a caller whose ctx cannot end runs it
+// itself). Without the single-flight the load runs on ctx, on the
 // caller's goroutine. Every key's answer goes to answers, which has room
 // for them all.
 func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load LoadManyFunc[V], answers chan<- answer[V]) {
-	ours := keys
-	var led map[string]*flight[V]
-	if p.group != nil {
-		ours = nil
-		led = make(map[string]*flight[V])
-		for _, k := range keys {
-			f, mine := p.group.Lead(k, func(val any, err error) {
-				o, _ := val.(*outcome[V])
-				answers <- answer[V]{key: k, o: o, err: err, joined: true}
-			})
-			if mine {
-				ours = append(ours, k)
-				led[k] = f
-			}
-		}
-	}
+	b := p.group.LeadMany(keys, func(k string, val any, err error, joined bool) {
+		o, err := ended[V](val, err)
+		answers <- answer[V]{key: k, o: o, err: err, joined: joined}
+	})
+	ours := b.Keys()
 	if len(ours) == 0 {
 		return
 	}
 	deliver := func(outs map[string]*keyOut[V]) {
-		for _, k := range ours {
-			out := outs[k]
-			if f := led[k]; f != nil {
-				p.group.End(k, f, out.o, out.err)
-			}
-			answers <- answer[V]{key: k, o: out.o, err: out.err}
-		}
+		b.End(func(k string) (any, error) { return outs[k].o, outs[k].err })
 	}
 	if p.group == nil {
 		// Nobody else waits for these loads: they run on the caller's
@@ -186,11 +163,7 @@ func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load Lo
 	if !p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil}, func(fctx context.Context) {
 		deliver(p.fetchMany(fctx, ours, load))
 	}) {
-		outs := make(map[string]*keyOut[V], len(ours))
-		for _, k := range ours {
-			outs[k] = &keyOut[V]{o: &outcome[V]{}, err: ErrClosed}
-		}
-		deliver(outs)
+		b.End(func(string) (any, error) { return &outcome[V]{}, ErrClosed })
 	}
 }
 

@@ -177,12 +177,6 @@ func (b *manyCall[V]) failRest(keys []string, err error) {
 // for a failed load, as miss does for Get.
 func (p *Pipeline[V]) settle(ctx context.Context, b *manyCall[V], a answer[V], stale rcache.Entry[V], hasStale bool) {
 	o, err := a.o, a.err
-	if o == nil {
-		o = &outcome[V]{}
-		if err == nil {
-			err = errFlightExited
-		}
-	}
 	if a.joined {
 		o = asJoiner(o) // a copy: a joined outcome is shared
 	}

@@ -39,12 +39,7 @@ func (p *Pipeline[V]) refreshAsync(ctx context.Context, key string, load LoadFun
 		var sp trace.Span
 		fctx, sp = p.tel.Start(fctx, telemetry.SpanRefresh, trace.WithAttributes(p.tel.PipelineAttr))
 		refresh := func() (any, error) { return p.reload(fctx, key, load, after) }
-		var err error
-		if p.group != nil {
-			_, err, _ = p.group.Do(key, refresh)
-		} else {
-			_, err = refresh()
-		}
+		_, err, _ := p.group.Do(key, refresh) // without the single-flight, refresh alone
 		if sp != nil {
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				sp.RecordError(err)

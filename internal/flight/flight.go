@@ -9,14 +9,27 @@
 // goroutine (package resilience runs a look that finds the value on it,
 // and only a load on a goroutine of its own), and a joiner waits on a
 // channel it may leave at any time: a [Group] decides who leads a key's
-// flight, and [Call.Done] tells its joiners when it ended.
+// flight, and [Call.Done] tells its joiners when it ended. A batch leads
+// and joins its keys' flights at once ([Group.LeadMany]), and ends those
+// it leads together ([Batch.End]), without a goroutine per key.
 package flight
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
+
+// ErrExited is the error a flight ends with when the function that ran it
+// exited before it returned: it called runtime.Goexit, or panicked. The
+// flight's joiners get it; package resilience returns it as the error of
+// a shared load that exited.
+var ErrExited = errors.New("resilience: shared load exited before it returned")
 
 // Group holds the flights under way, by key. Its zero value is ready for
 // use; it is safe for concurrent use. T is what a leader fills in its
-// flight ([Call.Outcome]), which the flight's value may point at.
+// flight ([Call.Outcome]), which the flight's value may point at. A nil
+// *Group shares nothing: [Group.Do] runs its function alone and
+// [Group.LeadMany] leads every key; its other methods need a Group.
 type Group[T any] struct {
 	mu sync.Mutex // guards m and each flight's done and hooks
 	m  map[string]*Call[T]
@@ -134,16 +147,75 @@ func (g *Group[T]) Lead(key string, hook func(val any, err error)) (*Call[T], bo
 	return f, true
 }
 
+// LeadMany is Lead for a batch's keys, without a goroutine per key: the
+// Batch it returns leads each key with no flight under way, and the
+// batch joins the flights under way of the others. Each key's result
+// goes to hear once: a joined key's when its flight ends, with joined set
+// (hear must then not block), a led key's when the batch ends it (see
+// [Batch.End]).
+func (g *Group[T]) LeadMany(keys []string, hear func(key string, val any, err error, joined bool)) *Batch[T] {
+	b := &Batch[T]{g: g, hear: hear}
+	if g == nil {
+		b.keys = keys
+		return b
+	}
+	for _, k := range keys {
+		f, mine := g.Lead(k, func(val any, err error) { hear(k, val, err, true) })
+		if mine {
+			b.keys = append(b.keys, k)
+			b.calls = append(b.calls, f)
+		}
+	}
+	return b
+}
+
+// Batch is the flights that a batch leads (see [Group.LeadMany]), which
+// it ends together, once its one shared load has answered their keys.
+type Batch[T any] struct {
+	g     *Group[T]
+	keys  []string   // the keys the batch leads, in LeadMany's order
+	calls []*Call[T] // calls[i] is keys[i]'s flight; none on a nil Group
+	hear  func(key string, val any, err error, joined bool)
+}
+
+// Keys returns the keys b leads, in the order LeadMany was given them.
+func (b *Batch[T]) Keys() []string { return b.keys }
+
+// End ends the flight of each key b leads with the value and error that
+// result gives for it, which the flight's joiners hear first, then b's
+// hear.
+func (b *Batch[T]) End(result func(key string) (any, error)) {
+	for i, k := range b.keys {
+		val, err := result(k)
+		if b.calls != nil {
+			b.g.End(k, b.calls[i], val, err)
+		}
+		b.hear(k, val, err, false)
+	}
+}
+
 // Do runs fn as key's flight, or waits for the flight under way and
-// returns its result, with shared set: singleflight's Do. A panic of fn
-// ends the flight with a nil value and error, and goes on up.
+// returns its result, with shared set: singleflight's Do. A flight whose
+// fn exits before it returns (runtime.Goexit, or a panic, which goes on
+// up) ends with [ErrExited]. On a nil Group, Do runs fn alone.
 func (g *Group[T]) Do(key string, fn func() (any, error)) (v any, err error, shared bool) {
+	if g == nil {
+		v, err = fn()
+		return v, err, false
+	}
 	f, joined := g.Join(key)
 	if joined {
 		<-f.done
 		return f.val, f.err, true
 	}
-	defer func() { g.End(key, f, v, err) }()
+	returned := false
+	defer func() {
+		if !returned {
+			v, err = nil, ErrExited
+		}
+		g.End(key, f, v, err)
+	}()
 	v, err = fn()
+	returned = true
 	return v, err, false
 }

@@ -2,6 +2,8 @@ package flight
 
 import (
 	"errors"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -101,8 +103,7 @@ func TestLead_hookHearsTheFlightUnderway(t *testing.T) {
 }
 
 // TestDo_sharesOneRun: callers of Do for a key while its fn runs share
-// that run's result, shared set; a panic of fn ends the flight and goes
-// on up, and the key is free again.
+// that run's result, shared set.
 func TestDo_sharesOneRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var g Group[int]
@@ -140,32 +141,167 @@ func TestDo_sharesOneRun(t *testing.T) {
 		if runs != 1 || sharers != len(out)-1 {
 			t.Fatalf("%d runs, %d callers shared; want 1 run, %d shared", runs, sharers, len(out)-1)
 		}
-
-		panicked := make(chan any, 1)
-		joined := make(chan res, 1)
-		gate := make(chan struct{})
-		go func() {
-			defer func() { panicked <- recover() }()
-			g.Do("p", func() (any, error) {
-				<-gate
-				panic("loader")
-			})
-		}()
-		synctest.Wait() // the leader runs fn
-		go func() {
-			v, err, shared := g.Do("p", func() (any, error) { return "second run", nil })
-			joined <- res{v, err, shared}
-		}()
-		synctest.Wait() // the joiner waits for the leader
-		close(gate)
-		if p := <-panicked; p != "loader" {
-			t.Fatalf("the panic of fn: %v; want it to go on up", p)
-		}
-		if r := <-joined; r.v != nil || r.err != nil || !r.shared {
-			t.Fatalf("the joiner of a flight that panicked got %+v; want nil, nil, shared", r)
-		}
-		if g.Underway("p") != nil {
-			t.Fatal("the flight that panicked is still under way")
-		}
 	})
+}
+
+// TestDo_flightThatExits: a flight whose fn exits before it returns, by
+// runtime.Goexit or a panic, ends with ErrExited for its joiner, and the
+// key is free again; a panic still goes on up the leader's goroutine. A
+// fn that returns is the control.
+func TestDo_flightThatExits(t *testing.T) {
+	tests := []struct {
+		name      string
+		exit      func() // what fn does once its joiner waits
+		returned  bool   // the leader's Do returned
+		panicked  any    // what the leader's goroutine recovered
+		joinerVal any
+		joinerErr error
+	}{
+		{name: "runtime.Goexit", exit: runtime.Goexit, joinerErr: ErrExited},
+		{name: "panic", exit: func() { panic("loader") }, panicked: "loader", joinerErr: ErrExited},
+		{name: "returns", exit: func() {}, returned: true, joinerVal: "v", joinerErr: errBoom},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var g Group[int]
+				gate := make(chan struct{})
+				type leaderEnd struct {
+					returned bool
+					panicked any
+				}
+				leader := make(chan leaderEnd, 1)
+				go func() {
+					var e leaderEnd
+					defer func() { e.panicked = recover(); leader <- e }()
+					g.Do("k", func() (any, error) {
+						<-gate
+						tc.exit()
+						return "v", errBoom
+					})
+					e.returned = true
+				}()
+				synctest.Wait() // the leader runs fn
+				type joinerEnd struct {
+					v      any
+					err    error
+					shared bool
+				}
+				joiner := make(chan joinerEnd, 1)
+				go func() {
+					v, err, shared := g.Do("k", func() (any, error) { return "second run", nil })
+					joiner <- joinerEnd{v, err, shared}
+				}()
+				synctest.Wait() // the joiner waits for the leader
+				if !g.Waited("k") {
+					t.Fatal("nobody waits for k's flight; want its joiner to")
+				}
+				close(gate)
+				if e := <-leader; e.returned != tc.returned || e.panicked != tc.panicked {
+					t.Errorf("the leader returned %v, recovered %v; want %v, %v", e.returned, e.panicked, tc.returned, tc.panicked)
+				}
+				if j := <-joiner; j.v != tc.joinerVal || j.err != tc.joinerErr || !j.shared {
+					t.Errorf("the joiner got %v, %v, shared %v; want %v, %v, shared", j.v, j.err, j.shared, tc.joinerVal, tc.joinerErr)
+				}
+				if g.Underway("k") != nil {
+					t.Error("k's flight is still under way once its fn exited")
+				}
+			})
+		})
+	}
+}
+
+// TestLeadMany_leadsTheFreeKeysAndHearsEveryKeyOnce: a batch leads the
+// keys with no flight under way and joins the others; each key's result
+// reaches hear once, a joined key's when its flight ends, a led key's
+// when the batch ends it, after its flight has ended for its own
+// joiners. A nil Group leads every key.
+func TestLeadMany_leadsTheFreeKeysAndHearsEveryKeyOnce(t *testing.T) {
+	tests := []struct {
+		name     string
+		nilGroup bool
+		underway []string // keys with a flight under way before the batch
+		keys     []string
+		wantLed  []string
+	}{
+		{name: "none under way", keys: []string{"a", "b"}, wantLed: []string{"a", "b"}},
+		{name: "some under way", underway: []string{"b", "x"}, keys: []string{"a", "b", "c"}, wantLed: []string{"a", "c"}},
+		{name: "all under way", underway: []string{"a", "b"}, keys: []string{"a", "b"}},
+		{name: "nil Group", nilGroup: true, keys: []string{"a", "b"}, wantLed: []string{"a", "b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := new(Group[int])
+			if tc.nilGroup {
+				g = nil
+			}
+			flights := map[string]*Call[int]{}
+			for _, k := range tc.underway {
+				flights[k], _ = g.Join(k)
+			}
+			type heard struct {
+				val    any
+				err    error
+				joined bool
+			}
+			got := map[string][]heard{}
+			b := g.LeadMany(tc.keys, func(k string, val any, err error, joined bool) {
+				if !joined && g != nil && g.Underway(k) != nil {
+					t.Errorf("the batch heard %s while its flight was under way", k)
+				}
+				got[k] = append(got[k], heard{val, err, joined})
+			})
+			if !slices.Equal(b.Keys(), tc.wantLed) {
+				t.Fatalf("the batch leads %v; want %v", b.Keys(), tc.wantLed)
+			}
+			var joiners []*Call[int] // of the flights the batch leads
+			for _, k := range b.Keys() {
+				if g != nil {
+					joiners = append(joiners, g.Underway(k))
+				}
+			}
+			for k, f := range flights {
+				g.End(k, f, "then "+k, errBoom)
+			}
+			b.End(func(k string) (any, error) { return "led " + k, nil })
+			for _, k := range tc.keys {
+				want := heard{"then " + k, errBoom, true}
+				if slices.Contains(tc.wantLed, k) {
+					want = heard{"led " + k, nil, false}
+				}
+				if len(got[k]) != 1 || got[k][0] != want {
+					t.Errorf("the batch heard %s as %+v; want once, as %+v", k, got[k], want)
+				}
+			}
+			for i, j := range joiners {
+				if j == nil {
+					t.Fatalf("no flight of %s under way while the batch led it", b.Keys()[i])
+				}
+				select {
+				case <-j.Done():
+				default:
+					t.Fatalf("a joiner of %s still waits after End", b.Keys()[i])
+				}
+				if val, err := j.Result(); val != "led "+b.Keys()[i] || err != nil {
+					t.Errorf("a joiner of %s heard %v, %v; want the batch's result", b.Keys()[i], val, err)
+				}
+			}
+			for _, k := range tc.keys {
+				if g != nil && g.Underway(k) != nil {
+					t.Errorf("%s's flight is still under way after End", k)
+				}
+			}
+		})
+	}
+}
+
+// TestDo_nilGroupRunsEachCallAlone: a nil Group shares nothing.
+func TestDo_nilGroupRunsEachCallAlone(t *testing.T) {
+	var g *Group[int]
+	for i := range 2 {
+		v, err, shared := g.Do("k", func() (any, error) { return i, errBoom })
+		if v != i || err != errBoom || shared {
+			t.Fatalf("call %d got %v, %v, shared %v; want its own run's %d, %v", i, v, err, shared, i, errBoom)
+		}
+	}
 }
