@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/gens"
 	"github.com/herdguard/herdguard/internal/rcache"
@@ -26,8 +24,9 @@ type writes[V any] struct {
 	// resubscribed counts the subscription confirmations after the first:
 	// each one dropped every L1 entry.
 	resubscribed atomic.Int64
-	// refreshes shares the loads of concurrent Refresh calls.
-	refreshes singleflight.Group
+	// refreshes shares the loads of concurrent Refresh calls (apart from
+	// the Get's flights: a Refresh loads anew).
+	refreshes flightGroup[V]
 }
 
 // Set stores value as key's value now: in Redis (with Redis) under a fence

@@ -323,7 +323,7 @@ func TestRefresh_reloadsAndStores(t *testing.T) {
 	}
 	<-s.started
 	// The first call's load waits for the gate, the other three for it.
-	waitFor(t, func() bool { return blockedIn("golang.org/x/sync/singleflight.(*Group).Do(") == 4 })
+	waitFor(t, func() bool { return blockedIn("herdguard/internal/flight.(*Group[...]).Do(") == 4 })
 	close(s.gate)
 	for range 4 {
 		if err := <-errs; err != nil {
