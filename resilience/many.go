@@ -97,11 +97,7 @@ func (p *Pipeline[V]) GetMany(ctx context.Context, keys []string, loadMany LoadM
 			if p.beta > 0 && p.refreshEarly(h) {
 				p.refreshAsync(ctx, k, LoadFunc[V](loadcall.One(&p.lc, loadMany)), h.Written())
 			}
-			if h.NotFound() {
-				b.res[k] = Result[V]{Source: SourceL1, NotFound: true}
-			} else {
-				b.res[k] = Result[V]{Value: h.Value(), Source: SourceL1}
-			}
+			b.res[k], _ = fromHit(h) // a not-found is no error here
 			continue
 		case cache.Stale:
 			if p.swr && !h.NotFound() {
