@@ -240,3 +240,95 @@ func TestLooks_dataProblemAfterAWake_countedCorrupt(t *testing.T) {
 		})
 	}
 }
+
+// gatedReads is a backend over m whose views' reads (Load) wait until
+// open is closed, or until their caller leaves; waits counts the reads
+// that waited.
+type gatedReads struct {
+	m     *backendtest.Memory
+	open  chan struct{}
+	waits *atomic.Int64
+}
+
+func (g gatedReads) Open(s backend.Scope) (backend.Shared, error) {
+	sh, err := g.m.Open(s)
+	if err != nil {
+		return nil, err
+	}
+	return gatedReadsView{Shared: sh, g: g}, nil
+}
+
+// gatedReadsView is a view of gatedReads.
+type gatedReadsView struct {
+	backend.Shared
+	g gatedReads
+}
+
+func (v gatedReadsView) Load(ctx context.Context, key string) ([]byte, error) {
+	select {
+	case <-v.g.open:
+	default:
+		v.g.waits.Add(1)
+		select {
+		case <-v.g.open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return v.Shared.Load(ctx, key)
+}
+
+// A leader whose context ends during its look leaves at once; the shared
+// load, handed off, looks again for the joiner that stays, and serves it
+// the loaded value: one load. With Lock the look is the one through the
+// lock; without, the read of L2.
+func TestGet_leaderLeavesDuringLook_joinerGetsValue(t *testing.T) {
+	for _, locked := range []bool{true, false} {
+		t.Run(map[bool]string{true: "lock", false: "read"}[locked], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mem backendtest.Memory
+				g := gatedReads{m: &mem, open: make(chan struct{}), waits: &atomic.Int64{}}
+				b := New[string]("relook").Cache(time.Minute).SingleFlight().Backend(g)
+				if locked {
+					b = b.Lock(LockSettings{})
+				}
+				p := build(t, b)
+				c := &counter{}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				leader := make(chan error, 1)
+				go func() {
+					_, err := p.Get(ctx, "k", c.load)
+					leader <- err
+				}()
+				synctest.Wait() // the leader's look waits in its read
+				type got struct {
+					r   Result[string]
+					err error
+				}
+				joiner := make(chan got, 1)
+				go func() {
+					r, err := p.GetResult(context.Background(), "k", c.load)
+					joiner <- got{r, err}
+				}()
+				synctest.Wait() // the joiner waits for the leader's flight
+				cancel()
+				if err := <-leader; !errors.Is(err, context.Canceled) {
+					t.Fatalf("leader: %v; want context.Canceled", err)
+				}
+				synctest.Wait()
+				if n := g.waits.Load(); n != 2 {
+					t.Fatalf("%d reads waited; want 2: the leader's look, and the flight's look again", n)
+				}
+				close(g.open)
+				j := <-joiner
+				if j.err != nil || j.r.Value != "v:k" || j.r.Source != SourceCoalesced || j.r.FailedOpen {
+					t.Fatalf("joiner: %+v, %v; want the loaded value, coalesced", j.r, j.err)
+				}
+				if n := c.calls.Load(); n != 1 {
+					t.Fatalf("%d loads, want 1", n)
+				}
+			})
+		})
+	}
+}
