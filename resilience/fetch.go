@@ -2,13 +2,11 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
@@ -117,12 +115,10 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 func (p *Pipeline[V]) lookLocked(ctx context.Context, key string, o *outcome[V], pd pending[V], likely bool) (_ pending[V], finished bool, err error) {
 	pd.locked, pd.start = true, time.Now()
 	pd.lk, pd.err = p.co.LookOrLock(ctx, key, likely, o.want())
-	switch {
-	case pd.err == nil && pd.lk.Lease == nil: // a value: no lock needed
-		p.fillL1(key, pd.lk.E, o)
-		o.res, err = fromEntry(&pd.lk.E, SourceL2)
-		return pd, true, err
-	case pd.err != nil && !errors.Is(pd.err, backend.ErrNotAcquired) && ctx.Err() != nil:
+	switch k := kindOf(ctx, &pd.lk, pd.err); k {
+	case lookValue: // no lock needed
+		return pd, true, p.keyLook(ctx, key, nil, o, k, &pd.lk, nil, SourceL2)
+	case lookLeft:
 		return pending[V]{relook: true}, false, nil
 	}
 	if pd.lk.F == cache.Stale {

@@ -8,8 +8,8 @@
 //	fetch.go     the leader's look (L1 again, then L2 through the seam),
 //	             then the rest; the L1 fill; the one recoverer
 //	l2.go        L2 reads, the write-back (the commit under a grant)
-//	lock.go      the lock stage: a batch's looks sorted; hold and load;
-//	             the releases
+//	lock.go      the lock stage: what a look found, a key's or a batch's
+//	             (kindOf); hold and load; the releases
 //	wait.go      the wait for the values others hold, a key's and a batch's
 //	loader.go    the load stage: the loader's call, its entry, the store
 //	fallback.go  the fallback chain: stale copy, default, error

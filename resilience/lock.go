@@ -16,51 +16,104 @@ import (
 	"github.com/herdguard/herdguard/telemetry"
 )
 
-// lockedRest is the rest of a miss after a look through the lock
-// (LookOrLock) that found no fresh value (pd): the winner's load, or the
-// waiter's wait.
+// lockedRest is the rest of a miss after a look through the lock that
+// found no fresh value (pd): the winner's load, the waiter's wait, or,
+// after a failed look (recorded by it), the load without the lock.
 func (p *Pipeline[V]) lockedRest(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], pd *pending[V]) error {
-	lk, err := pd.lk, pd.err
-	if err != nil && !errors.Is(err, backend.ErrNotAcquired) {
-		switch coord.Classify(ctx, err) {
-		case coord.Canceled:
-			return err
-		case coord.Infra, coord.Refused:
-			// The service failed (recorded by the look): load without it.
-			o.failOpen(err)
-		}
-		// A problem with this key's data (counted on the look's span) is
-		// a miss: load, without the lock, not failing open.
-		return p.loadAndStore(ctx, key, load, nil, o)
+	if k := kindOf(ctx, &pd.lk, pd.err); k != lookWon && k != lookHeld {
+		return p.keyLook(ctx, key, load, o, k, &pd.lk, pd.err, SourceL2)
 	}
 	var sp trace.Span
 	if p.tel.Tracing() {
 		ctx, sp = p.tel.Start(ctx, telemetry.SpanLock)
 		defer sp.End()
 	}
-	if err == nil {
-		return p.won(ctx, sp, key, load, o, pd.start, &lk)
+	if k := p.sortLook(ctx, sp, &pd.lk, pd.err, pd.start, false); k == lookWon {
+		return p.keyLook(ctx, key, load, o, k, &pd.lk, nil, SourceL2)
 	}
-	return p.await(ctx, sp, key, load, o, pd.start, pd.mark) // backend.ErrNotAcquired
+	return p.await(ctx, sp, key, load, o, pd.start, pd.mark)
 }
 
-// won is the part of a key's look (begun at start) that won the lock:
-// recorded on sp, then held and loaded.
-func (p *Pipeline[V]) won(ctx context.Context, sp trace.Span, key string, load LoadFunc[V], o *outcome[V], start time.Time, lk *coord.Look[V]) error {
-	p.tel.LockOutcome(ctx, sp, "acquired", start, lk.Lease)
+// lookKind is what one look through the lock found for a key: kindOf
+// decides it, for a key's looks and each of a batch's alike.
+type lookKind uint8
+
+const (
+	lookLeft   lookKind = iota // the caller's context ended: its error is the key's
+	lookValue                  // a fresh value: served
+	lookWon                    // the lock: loaded under it
+	lookHeld                   // a live holder has the lock: waited for
+	lookMiss                   // no fresh value, no lease: loaded without the lock
+	lookFailed                 // the service failed: loaded without it, failing open
+)
+
+// kindOf is what look lk, which ended with err, found. A look without a
+// fresh value or a lease (no lock tried: a read without Lock, a batch's
+// value fresh yet unusable) or with bad data at the key is a miss.
+func kindOf[V any](ctx context.Context, lk *coord.Look[V], err error) lookKind {
+	switch {
+	case err == nil && lk.Lease != nil:
+		return lookWon
+	case err == nil && lk.F == cache.Fresh:
+		return lookValue
+	case err == nil:
+		return lookMiss
+	case errors.Is(err, backend.ErrNotAcquired):
+		return lookHeld
+	case ctx.Err() != nil:
+		return lookLeft
+	case coord.Classify(ctx, err) == coord.Data:
+		return lookMiss
+	}
+	return lookFailed
+}
+
+// sortLook is kindOf for a look begun at start, with the lock outcome its
+// kind records, on sp (nil for a batch's): acquired, with the lease won;
+// failed_open; and, after a wake (waited), waited for a value. The look
+// records its failures itself, bad data at the key too (see coord.Coord).
+func (p *Pipeline[V]) sortLook(ctx context.Context, sp trace.Span, lk *coord.Look[V], err error, start time.Time, waited bool) lookKind {
+	k := kindOf(ctx, lk, err)
+	switch {
+	case k == lookWon:
+		p.tel.LockOutcome(ctx, sp, "acquired", start, lk.Lease)
+	case k == lookFailed:
+		p.tel.LockOutcome(ctx, sp, "failed_open", start, nil)
+	case k == lookValue && waited:
+		p.tel.LockOutcome(ctx, sp, "waited", start, nil)
+	}
+	return k
+}
+
+// keyLook is the rest of a key's look of kind k (not lookHeld), which
+// found lk or ended with err: the load under the lease it won, the value
+// it found, served as src (load may then be nil), the load without the
+// lock (failing open when the service failed), or the caller's end.
+func (p *Pipeline[V]) keyLook(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], k lookKind, lk *coord.Look[V], err error, src Source) error {
+	switch k {
+	case lookWon:
+		return p.holdAndLoad(ctx, key, load, o, lk)
+	case lookValue:
+		p.fillL1(key, lk.E, o)
+		o.res, err = fromEntry(&lk.E, src)
+		return err
+	case lookFailed:
+		o.failOpen(err)
+	case lookLeft:
+		return err
+	}
+	return p.loadAndStore(ctx, key, load, nil, o)
+}
+
+// holdAndLoad is the winner's part, under the lease lk won (its grant,
+// lk.G, may already beat; see coord.Hold): load, write (only while the
+// lease holds; not after a failed read after the grant, failing open),
+// release and announce.
+func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], o *outcome[V], lk *coord.Look[V]) error {
 	if lk.ReadFailed != nil {
 		o.failOpen(lk.ReadFailed)
 	}
-	return p.holdAndLoad(ctx, key, load, lk.Lease, o, lk.G)
-}
-
-// holdAndLoad is the winner's part: load, write (only while the lease
-// holds), release and announce. The look that granted the lease found no
-// fresh value after the grant.
-//
-// g is the grant when its watchdog already beats (see coord.Hold); nil makes
-// one of lease.
-func (p *Pipeline[V]) holdAndLoad(ctx context.Context, key string, load LoadFunc[V], lease *backend.Lease, o *outcome[V], g *coord.Grant) error {
+	lease, g := lk.Lease, lk.G
 	if g == nil {
 		g = coord.Hold(ctx, p.co, lease)
 	}
@@ -128,73 +181,41 @@ func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadMa
 }
 
 // sortLooks sorts a batch's looks (looks[i] is keys[i]'s, begun at start),
-// or its reads without Lock (l2Many's: looks that try no lock): it
-// settles the keys it can, and returns the items to load and the keys
-// a live holder holds. A fresh value settles its key, served as src:
-// SourceL2 for the batch's first look, SourceWaited for a look after a
-// wake, which records the wait's outcome, waited. A key without a fresh
-// value or a lease (a miss, a stale copy, or a value fresh by its expiry
-// field yet unusable) is loaded without the lock, a key whose lock the
-// look won is loaded under it, and a failed look goes to lookFailed.
-// With keepStale (the first look), a stale copy is kept for the fallback
-// chain and, with StaleWhileRevalidate, served at once while another
-// process holds the key.
+// or its reads without Lock (l2Many's: looks that try no lock), by
+// kindOf: it settles the keys it can, and returns the items to load and
+// the keys a live holder holds. A fresh value settles its key, served as
+// src: SourceL2 for the batch's first look, SourceWaited for a look after
+// a wake. With keepStale (the first look), a stale copy is kept for the
+// fallback chain and, with StaleWhileRevalidate, served at once while
+// another process holds the key.
 func (p *Pipeline[V]) sortLooks(ctx context.Context, keys []string, looks []coord.Look[V], outs map[string]*keyOut[V], start time.Time, src Source, keepStale bool) (items []*loadItem, held []string) {
 	for i, k := range keys {
 		out := outs[k]
 		lk := &looks[i]
-		e, f := lk.E, lk.F
-		if keepStale && f == cache.Stale {
-			out.o.stale, out.o.hasStale = e, true
+		if keepStale && lk.F == cache.Stale {
+			out.o.stale, out.o.hasStale = lk.E, true
 		}
-		switch {
-		case lk.Err == nil && lk.Lease == nil && f == cache.Fresh:
-			p.fillL1(k, e, out.o)
-			if src == SourceWaited {
-				p.tel.LockOutcome(ctx, nil, "waited", start, nil)
-			}
-			out.o.res, out.err = fromEntry(&e, src)
-			out.set = true
-		case lk.Err == nil && lk.Lease == nil:
-			// No lock tried (l2Many), or a value fresh by its expiry
-			// field yet unusable (counted by Decode): a miss, loaded
-			// without the lock.
-			items = append(items, &loadItem{key: k})
-		case lk.Err == nil:
-			p.tel.LockOutcome(ctx, nil, "acquired", start, lk.Lease)
+		switch p.sortLook(ctx, nil, lk, lk.Err, start, src == SourceWaited) {
+		case lookValue:
+			out.err, out.set = p.keyLook(ctx, k, nil, out.o, lookValue, lk, nil, src), true
+		case lookWon:
 			items = append(items, heldItem(k, lk))
-		case errors.Is(lk.Err, backend.ErrNotAcquired):
-			if keepStale && p.swr && f == cache.Stale && !e.NotFound {
+		case lookMiss:
+			items = append(items, &loadItem{key: k})
+		case lookFailed:
+			items = append(items, &loadItem{key: k, failOpen: lk.Err})
+		case lookHeld:
+			if keepStale && p.swr && lk.F == cache.Stale && !lk.E.NotFound {
 				// Another process refreshes it: serve the stale copy now.
-				out.o.res = Result[V]{Value: e.Value, Source: SourceStale}
-				out.set = true
-				continue
+				out.o.res, out.set = Result[V]{Value: lk.E.Value, Source: SourceStale}, true
+			} else {
+				held = append(held, k)
 			}
-			held = append(held, k)
 		default:
-			if it := p.lookFailed(ctx, k, lk.Err, out, start); it != nil {
-				items = append(items, it)
-			}
+			out.err, out.set = lk.Err, true
 		}
 	}
 	return items, held
-}
-
-// lookFailed settles key k, whose look in a batch failed with err (the
-// failure recorded by the look), or returns its load: a per-key data
-// problem is a miss, loaded without the lock; the service failing for this
-// key alone, a load without it, failing open; the caller's end, an error.
-func (p *Pipeline[V]) lookFailed(ctx context.Context, k string, err error, out *keyOut[V], start time.Time) *loadItem {
-	switch coord.Classify(ctx, err) {
-	case coord.Data:
-		p.tel.CorruptEntry(ctx, nil)
-		return &loadItem{key: k}
-	case coord.Infra, coord.Refused:
-		p.tel.LockOutcome(ctx, nil, "failed_open", start, nil)
-		return &loadItem{key: k, failOpen: err}
-	}
-	out.err, out.set = err, true
-	return nil
 }
 
 // releaseLook gives back the lease lk won, if any: its watchdog stops

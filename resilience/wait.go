@@ -2,13 +2,11 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/herdguard/herdguard/backend"
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/counts"
 	"github.com/herdguard/herdguard/internal/wait"
@@ -43,25 +41,11 @@ func (p *Pipeline[V]) await(ctx context.Context, sp trace.Span, key string, load
 		// waiter of a process at once, so their reads go out together,
 		// and Redis runs no script for them.
 		lk, lerr := p.co.LookOrLock(ctx, key, announced, o.want())
-		switch {
-		case lerr == nil && lk.Lease != nil:
-			err = p.won(ctx, sp, key, load, o, start, &lk)
-		case lerr == nil:
-			p.fillL1(key, lk.E, o)
-			p.tel.LockOutcome(ctx, sp, "waited", start, nil)
-			o.res, err = fromEntry(&lk.E, SourceWaited)
-		case errors.Is(lerr, backend.ErrNotAcquired):
+		k := p.sortLook(ctx, sp, &lk, lerr, start, true)
+		if k == lookHeld {
 			return keys
-		case ctx.Err() != nil:
-			err = lerr
-		case coord.Classify(ctx, lerr) == coord.Data:
-			p.tel.LockOutcome(ctx, sp, "timeout", start, nil)
-			err = p.loadAndStore(ctx, key, load, nil, o)
-		default: // the service failed (recorded by the look): load without it
-			o.failOpen(lerr)
-			p.tel.LockOutcome(ctx, sp, "failed_open", start, nil)
-			err = p.loadAndStore(ctx, key, load, nil, o)
 		}
+		err = p.keyLook(ctx, key, load, o, k, &lk, lerr, SourceWaited)
 		return nil
 	}
 	spent := func(ctx context.Context, _ []string) {
@@ -114,13 +98,11 @@ func (p *Pipeline[V]) waitPace(start time.Time) wait.Pace {
 // can, loads those it must, and returns those a live holder still holds.
 func (p *Pipeline[V]) lookAgain(ctx context.Context, woken []string, load LoadManyFunc[V], outs map[string]*keyOut[V], start time.Time) (held []string) {
 	looks, err := p.co.LookOrLockMany(ctx, woken)
-	if err != nil {
-		items := readFailed(ctx, woken, err, outs)
-		for range items {
-			p.tel.LockOutcome(ctx, nil, "failed_open", start, nil)
+	if err != nil { // failed as a whole: each key's look failed so
+		looks = make([]coord.Look[V], len(woken))
+		for i := range looks {
+			looks[i].Err = err
 		}
-		p.loadBatch(ctx, items, load, outs)
-		return nil
 	}
 	items, held := p.sortLooks(ctx, woken, looks, outs, start, SourceWaited, false)
 	p.loadBatch(ctx, items, load, outs)

@@ -114,9 +114,7 @@ func (c *backendCoord[V]) lookThenLockBatch(ctx context.Context, bm backend.Shar
 			if lease != nil {
 				c.d.Release(ctx, keys[i], lease)
 			}
-			if ctx.Err() == nil {
-				c.d.FailOpen(ctx, nil, "lock_acquire", kerr)
-			}
+			c.d.lockFailed(ctx, kerr)
 			looks[i].Err = kerr
 		}
 	}

@@ -49,8 +49,9 @@ type Coord[V any] interface {
 	LookOrLock(ctx context.Context, key string, likely bool, w Want) (Look[V], error)
 	// LookOrLockMany is LookOrLock for distinct keys, in as few round
 	// trips as the adapter can: the i-th look is keys[i]'s, with its own
-	// error. Its error is the look's failure as a whole, which grants
-	// nothing. A look's lease may already beat (Look.G).
+	// error, recorded as LookOrLock records it. Its error is the look's
+	// failure as a whole, which grants nothing. A look's lease may
+	// already beat (Look.G).
 	LookOrLockMany(ctx context.Context, keys []string) ([]Look[V], error)
 	// Commit is the holder's last step: write e while token holds key's
 	// lock, release it, and announce the value, in one step. stored is
@@ -197,9 +198,7 @@ func (d *Deps[V]) lookThenLock(ctx, beat context.Context, co extender, key strin
 	case errors.Is(err, backend.ErrNotAcquired):
 		return lk, err
 	case err != nil:
-		if ctx.Err() == nil {
-			d.FailOpen(ctx, nil, "lock_acquire", err)
-		}
+		d.lockFailed(ctx, err)
 		return lk, err
 	}
 	g := Hold(beat, co, lease)
@@ -224,6 +223,20 @@ func (d *Deps[V]) lookThenLock(ctx, beat context.Context, co extender, key strin
 	}
 	lk.Lease, lk.G = lease, g
 	return lk, nil
+}
+
+// lockFailed records a try of a lock that failed with err (not
+// backend.ErrNotAcquired) while its caller stays: a problem with the
+// key's data as a corrupt entry, a miss; any other failure as failing
+// open.
+func (d *Deps[V]) lockFailed(ctx context.Context, err error) {
+	switch {
+	case ctx.Err() != nil:
+	case Classify(ctx, err) == Data:
+		d.Tel.CorruptEntry(ctx, nil)
+	default:
+		d.FailOpen(ctx, nil, "lock_acquire", err)
+	}
 }
 
 // lookThenLockMany is LookOrLockMany with lookThenLock, up to eachLimit

@@ -174,6 +174,9 @@ func (c *redisCoord[V]) LookOrLockMany(ctx context.Context, keys []string) ([]Lo
 	for i, l := range ls {
 		lk := Look[V]{Lease: l.Lease, Err: l.Err}
 		lk.E, lk.F = d.Store.Decode(keys[i], l.Value)
+		if Classify(ctx, l.Err) == Data {
+			d.Tel.CorruptEntry(ctx, sp) // a miss; the rest failed open above
+		}
 		if l.Fresh {
 			hits++
 		}
