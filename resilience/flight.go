@@ -117,7 +117,12 @@ func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFu
 		}
 	}
 	if !p.bg.Launch(sctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil, First: first}, func(fctx context.Context) {
-		p.group.End(key, f, f.Outcome(), p.fetchLoad(fctx, key, load, f.Outcome(), &pd))
+		// A load that exits without returning (runtime.Goexit in a
+		// backend) still ends the flight, or its key's callers would
+		// join it forever.
+		err := sflight.ErrExited
+		defer func() { p.group.End(key, f, f.Outcome(), err) }()
+		err = p.fetchLoad(fctx, key, load, f.Outcome(), &pd)
 	}) { // closing: Close waits for loads, so none may start
 		p.releaseLook(sctx, key, &pd.lk)
 		return nil, true, ErrClosed
@@ -149,8 +154,15 @@ func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load Lo
 	if len(ours) == 0 {
 		return
 	}
+	// deliver ends the batch's flights; a key that outs lacks (the load
+	// exited without returning) ends with ErrExited.
 	deliver := func(outs map[string]*keyOut[V]) {
-		b.End(func(k string) (any, error) { return outs[k].o, outs[k].err })
+		b.End(func(k string) (any, error) {
+			if out := outs[k]; out != nil {
+				return out.o, out.err
+			}
+			return &outcome[V]{}, sflight.ErrExited
+		})
 	}
 	if p.group == nil {
 		// Nobody else waits for these loads: they run on the caller's
@@ -161,7 +173,9 @@ func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load Lo
 	// The shared load outlives the caller, who may leave: others may have
 	// joined it.
 	if !p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil}, func(fctx context.Context) {
-		deliver(p.fetchMany(fctx, ours, load))
+		var outs map[string]*keyOut[V]
+		defer func() { deliver(outs) }()
+		outs = p.fetchMany(fctx, ours, load)
 	}) {
 		b.End(func(string) (any, error) { return &outcome[V]{}, ErrClosed })
 	}

@@ -22,6 +22,9 @@ type exitingBackend struct {
 	m       backendtest.Memory
 	armed   atomic.Bool
 	release chan struct{}
+	// saving, once armed, makes the next Save exit (it waits for
+	// release first), in place of a Load.
+	saving atomic.Bool
 }
 
 func (b *exitingBackend) Open(s backend.Scope) (backend.Shared, error) {
@@ -43,6 +46,14 @@ func (v exitingView) Load(ctx context.Context, key string) ([]byte, error) {
 		runtime.Goexit()
 	}
 	return v.Shared.Load(ctx, key)
+}
+
+func (v exitingView) Save(ctx context.Context, key string, raw []byte, s backend.Save) (bool, error) {
+	if v.b.saving.CompareAndSwap(true, false) {
+		<-v.b.release
+		runtime.Goexit()
+	}
+	return v.Shared.Save(ctx, key, raw, s)
 }
 
 // TestFlight_joinersOfARefreshThatExits: a Get and a GetMany that join a
@@ -100,4 +111,51 @@ func TestFlight_joinersOfARefreshThatExits(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFlight_loadThatExits_endsItsFlight: a shared load, a Get's or a
+// GetMany's, whose goroutine exits before it returns (its write-back to
+// the backend calls runtime.Goexit) still ends its flight: the callers
+// waiting for it get the error of a shared load that exited, and the next
+// call of the key loads anew instead of joining a flight that never ends.
+func TestFlight_loadThatExits_endsItsFlight(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Get", true: "GetMany"}[batch], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := &exitingBackend{release: make(chan struct{})}
+				p := build(t, New[string]("exit-load").Cache(time.Minute).SingleFlight().Backend(b))
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				get := func() error {
+					if !batch {
+						_, err := p.Get(ctx, "k", okLoad)
+						return err
+					}
+					_, err := p.GetMany(ctx, []string{"k"}, func(_ context.Context, keys []string) (map[string]string, error) {
+						return map[string]string{"k": "v:k"}, nil
+					})
+					var ke KeyErrors
+					if errors.As(err, &ke) {
+						return ke["k"]
+					}
+					return err
+				}
+				b.saving.Store(true)
+				errs := make(chan error, 2)
+				go func() { errs <- get() }()
+				synctest.Wait() // the load's write-back waits in the backend
+				go func() { errs <- get() }()
+				synctest.Wait() // the second call joined the flight
+				close(b.release)
+				for range 2 {
+					if err := <-errs; !errors.Is(err, sflight.ErrExited) {
+						t.Errorf("a caller of the load that exited got %v; want the error of a shared load that exited", err)
+					}
+				}
+				if err := get(); err != nil {
+					t.Fatalf("the next call = %v; want a new load", err)
+				}
+			})
+		})
+	}
 }
