@@ -117,12 +117,7 @@ func (p *Pipeline[V]) handOff(ctx, sctx context.Context, key string, load LoadFu
 		}
 	}
 	if !p.bg.Launch(sctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil, First: first}, func(fctx context.Context) {
-		// A load that exits without returning (runtime.Goexit in a
-		// backend) still ends the flight, or its key's callers would
-		// join it forever.
-		err := sflight.ErrExited
-		defer func() { p.group.End(key, f, f.Outcome(), err) }()
-		err = p.fetchLoad(fctx, key, load, f.Outcome(), &pd)
+		p.group.Run(key, f, func() (any, error) { return f.Outcome(), p.fetchLoad(fctx, key, load, f.Outcome(), &pd) })
 	}) { // closing: Close waits for loads, so none may start
 		p.releaseLook(sctx, key, &pd.lk)
 		return nil, true, ErrClosed
@@ -154,29 +149,23 @@ func (p *Pipeline[V]) joinFlightMany(ctx context.Context, keys []string, load Lo
 	if len(ours) == 0 {
 		return
 	}
-	// deliver ends the batch's flights; a key that outs lacks (the load
-	// exited without returning) ends with ErrExited.
-	deliver := func(outs map[string]*keyOut[V]) {
-		b.End(func(k string) (any, error) {
-			if out := outs[k]; out != nil {
-				return out.o, out.err
-			}
-			return &outcome[V]{}, sflight.ErrExited
+	// run loads ours and ends their flights with what each got (see
+	// internal/flight's Batch.Run).
+	run := func(ctx context.Context) {
+		b.Run(func() func(string) (any, error) {
+			outs := p.fetchMany(ctx, ours, load)
+			return func(k string) (any, error) { return outs[k].o, outs[k].err }
 		})
 	}
 	if p.group == nil {
 		// Nobody else waits for these loads: they run on the caller's
 		// context.
-		deliver(p.fetchMany(ctx, ours, load))
+		run(ctx)
 		return
 	}
 	// The shared load outlives the caller, who may leave: others may have
 	// joined it.
-	if !p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil}, func(fctx context.Context) {
-		var outs map[string]*keyOut[V]
-		defer func() { deliver(outs) }()
-		outs = p.fetchMany(fctx, ours, load)
-	}) {
+	if !p.bg.Launch(ctx, bg.How{Timeout: p.flightTimeout, Inline: ctx.Done() == nil}, run) {
 		b.End(func(string) (any, error) { return &outcome[V]{}, ErrClosed })
 	}
 }

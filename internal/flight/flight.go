@@ -208,6 +208,15 @@ func (g *Group[T]) Do(key string, fn func() (any, error)) (v any, err error, sha
 		<-f.done
 		return f.val, f.err, true
 	}
+	v, err = g.Run(key, f, fn)
+	return v, err, false
+}
+
+// Run runs fn as the load of f, key's flight, which the caller leads,
+// and ends f with what fn returns; a flight whose fn exits before it
+// returns (runtime.Goexit, or a panic, which goes on up) ends with
+// [ErrExited], so that its key's callers never wait for it forever.
+func (g *Group[T]) Run(key string, f *Call[T], fn func() (any, error)) (v any, err error) {
 	returned := false
 	defer func() {
 		if !returned {
@@ -217,5 +226,14 @@ func (g *Group[T]) Do(key string, fn func() (any, error)) (v any, err error, sha
 	}()
 	v, err = fn()
 	returned = true
-	return v, err, false
+	return v, err
+}
+
+// Run runs fn, the batch's load, and ends b's flights with the result it
+// gives for each key (see [Batch.End]); when fn exits before it returns
+// (runtime.Goexit, or a panic, which goes on up), each with [ErrExited].
+func (b *Batch[T]) Run(fn func() (result func(key string) (any, error))) {
+	result := func(string) (any, error) { return nil, ErrExited }
+	defer func() { b.End(result) }()
+	result = fn()
 }

@@ -305,3 +305,57 @@ func TestDo_nilGroupRunsEachCallAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchRun_loadThatExits: a batch's load that exits before it
+// returns (runtime.Goexit, or a panic, which goes on up) ends every
+// flight the batch leads with ErrExited, for their joiners and for the
+// batch's own hear; a load that returns ends each with its result.
+func TestBatchRun_loadThatExits(t *testing.T) {
+	tests := []struct {
+		name     string
+		exit     func()
+		panicked any
+		wantErr  error
+	}{
+		{name: "runtime.Goexit", exit: runtime.Goexit, wantErr: ErrExited},
+		{name: "panic", exit: func() { panic("load") }, panicked: "load", wantErr: ErrExited},
+		{name: "returns", exit: func() {}, wantErr: errBoom},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var g Group[int]
+				heard := make(chan error, 2)
+				b := g.LeadMany([]string{"a", "b"}, func(_ string, _ any, err error, _ bool) { heard <- err })
+				joiner := make(chan error, 1)
+				go func() {
+					_, err, _ := g.Do("a", func() (any, error) { return nil, nil })
+					joiner <- err
+				}()
+				synctest.Wait() // the joiner waits for the batch's flight of a
+				recovered := make(chan any, 1)
+				go func() {
+					defer func() { recovered <- recover() }()
+					b.Run(func() func(string) (any, error) {
+						tc.exit()
+						return func(string) (any, error) { return nil, errBoom }
+					})
+				}()
+				if v := <-recovered; v != tc.panicked {
+					t.Errorf("the batch's goroutine recovered %v; want %v", v, tc.panicked)
+				}
+				for range 2 {
+					if err := <-heard; err != tc.wantErr {
+						t.Errorf("hear got %v; want %v", err, tc.wantErr)
+					}
+				}
+				if err := <-joiner; err != tc.wantErr {
+					t.Errorf("the joiner got %v; want %v", err, tc.wantErr)
+				}
+				if g.Underway("a") != nil || g.Underway("b") != nil {
+					t.Error("a flight of the batch is still under way")
+				}
+			})
+		})
+	}
+}
