@@ -84,7 +84,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		return p.lookLocked(ctx, key, o, pd, hint)
 	}
 	if p.l2 != nil {
-		e, f, err := p.l2Get(ctx, key)
+		e, f, err := p.co.Read(ctx, key)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return pending[V]{relook: true}, false, nil

@@ -7,7 +7,8 @@
 //	             handing the load to background work
 //	fetch.go     the leader's look (L1 again, then L2 through the seam),
 //	             then the rest; the L1 fill; the one recoverer
-//	l2.go        L2 reads, the write-back (the commit under a grant)
+//	l2.go        a batch's read without Lock, the write-back (the commit
+//	             under a grant)
 //	lock.go      the lock stage: what a look found, a key's or a batch's
 //	             (kindOf); hold and load; the releases
 //	wait.go      the wait for the values others hold, a key's and a batch's
