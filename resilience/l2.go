@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -82,37 +81,6 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 		}
 	}
 	p.fillL1(key, e, o)
-}
-
-// l2Many is the batch's read without Lock: one read of every key (the
-// seam's ReadMany, looks that try no lock, sorted as the batch's first
-// looks are), then one loader call for the misses.
-func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
-	looks, err := p.co.ReadMany(ctx, keys)
-	if err != nil {
-		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
-		return
-	}
-	items, _ := p.sortLooks(ctx, keys, looks, outs, time.Time{}, SourceL2, true)
-	p.loadBatch(ctx, items, load, outs)
-}
-
-// readFailed settles the keys of a batch whose Redis read or look failed
-// as a whole with err, and returns those to load: none when the caller's
-// own context ended (each key fails with it), else every key, failing
-// open.
-func readFailed[V any](ctx context.Context, keys []string, err error, outs map[string]*keyOut[V]) []*loadItem {
-	if coord.Classify(ctx, err) == coord.Canceled {
-		for _, k := range keys {
-			outs[k].err, outs[k].set = err, true
-		}
-		return nil
-	}
-	items := make([]*loadItem, len(keys))
-	for i, k := range keys {
-		items[i] = &loadItem{key: k, failOpen: err}
-	}
-	return items
 }
 
 // storeMany writes a batch's entries to L2 in one round trip, and to L1
