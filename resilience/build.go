@@ -108,8 +108,7 @@ func (b *Builder[V]) Build() (*Pipeline[V], error) {
 func (p *Pipeline[V]) deps() coord.Deps[V] {
 	return coord.Deps[V]{
 		Tel: p.tel, Lease: p.lockCfg.Lease,
-		Read: p.l2Get, Release: p.release, ReleaseMany: p.releaseMany,
-		FailOpen: p.failOpen,
+		Release: p.release, ReleaseMany: p.releaseMany, FailOpen: p.failOpen,
 		Panicked: func(v any) any { return panicked("pipeline", v) },
 	}
 }

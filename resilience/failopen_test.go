@@ -611,7 +611,7 @@ func TestFallback_loaderFaults_staleThenDefaultThenError(t *testing.T) {
 			// Past grace: neither b's L1 nor Redis has a copy to serve.
 			waitFor(t, func() bool {
 				_, f1 := b.l1.Find("k")
-				_, f2, err := b.l2Get(ctx, "k")
+				_, f2, err := b.co.Read(ctx, "k")
 				return f1 == cache.Miss && f2 == cache.Miss && err == nil
 			})
 			r, err := b.GetResult(ctx, "k", f.load)

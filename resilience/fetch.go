@@ -84,7 +84,7 @@ func (p *Pipeline[V]) fetchLook(ctx context.Context, key string, load LoadFunc[V
 		return p.lookLocked(ctx, key, o, pd, hint)
 	}
 	if p.l2 != nil {
-		e, f, err := p.l2Get(ctx, key)
+		e, f, err := p.co.Read(ctx, key)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return pending[V]{relook: true}, false, nil
@@ -223,17 +223,10 @@ func (p *Pipeline[V]) fetchMany(ctx context.Context, keys []string, load LoadMan
 	// the call has (100,000 keys in one look outlasted the beat of the
 	// first leases it took, and other processes took them over).
 	for chunk := range slices.Chunk(todo, GetManyChunk) {
-		switch {
-		case p.l2 != nil && p.locker != nil:
-			p.lockedMany(ctx, chunk, load, outs)
-		case p.l2 != nil:
-			p.l2Many(ctx, chunk, load, outs)
-		default:
-			items := make([]*loadItem, len(chunk))
-			for i, k := range chunk {
-				items[i] = &loadItem{key: k}
-			}
-			p.loadBatch(ctx, items, load, outs)
+		if p.l2 != nil {
+			p.lookMany(ctx, chunk, load, outs)
+		} else {
+			p.loadBatch(ctx, unlockedItems(ctx, chunk, nil, outs), load, outs)
 		}
 		if err := ctx.Err(); err != nil {
 			// The chunks not reached fail with the caller's end.

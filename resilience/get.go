@@ -7,9 +7,11 @@
 //	             handing the load to background work
 //	fetch.go     the leader's look (L1 again, then L2 through the seam),
 //	             then the rest; the L1 fill; the one recoverer
-//	l2.go        L2 reads, the write-back (the commit under a grant)
+//	l2.go        the write-back (the commit under a grant), a key's and a
+//	             batch's; failing open
 //	lock.go      the lock stage: what a look found, a key's or a batch's
-//	             (kindOf); hold and load; the releases
+//	             (kindOf); a batch's first look, with Lock or a plain read;
+//	             hold and load; the releases
 //	wait.go      the wait for the values others hold, a key's and a batch's
 //	loader.go    the load stage: the loader's call, its entry, the store
 //	fallback.go  the fallback chain: stale copy, default, error

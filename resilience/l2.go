@@ -2,48 +2,16 @@ package resilience
 
 import (
 	"context"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdguard/herdguard/backend"
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/coord"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/telemetry"
 )
-
-// l2Get reads key from L2 (Redis or the backend) through the guard, with
-// a client span.
-// A per-key data problem is a miss (counted); an error means the call
-// fails open: it goes on without L2.
-func (p *Pipeline[V]) l2Get(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
-	ctx, sp := p.l2Span(ctx, telemetry.SpanL2, "HGET", "Load", attribute.KeyValue{})
-	if sp != nil {
-		defer sp.End()
-	}
-	type got struct {
-		e rcache.Entry[V]
-		f cache.Freshness
-	}
-	g, err := coord.Do(ctx, p.redisGuard, func(ctx context.Context) (got, error) {
-		e, f, err := p.l2.Get(ctx, key)
-		return got{e, f}, err
-	})
-	if err != nil && coord.Classify(ctx, err) == coord.Data {
-		p.tel.CorruptEntry(ctx, sp)
-		g, err = got{f: cache.Miss}, nil
-	}
-	if sp != nil {
-		sp.SetAttributes(telemetry.Hit.Bool(g.f == cache.Fresh), telemetry.Freshness.String(g.f.String()))
-	}
-	if err != nil {
-		p.failOpen(ctx, sp, "l2_get", err)
-	}
-	return g.e, g.f, err
-}
 
 // l2Span starts the client span of an L2 operation named name, when
 // tracing is on (nil otherwise): Redis's command or the backend's method,
@@ -113,65 +81,6 @@ func (p *Pipeline[V]) store(ctx context.Context, key string, e rcache.Entry[V], 
 		}
 	}
 	p.fillL1(key, e, o)
-}
-
-// l2Many is the batch's Redis read without Lock: one round trip, then one
-// loader call for the misses.
-func (p *Pipeline[V]) l2Many(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
-	lctx, sp := p.l2Span(ctx, telemetry.SpanL2, "HGET", "Load", attrKeys.Int(len(keys)))
-	gots, err := coord.Do(lctx, p.redisGuard, func(ctx context.Context) ([]rcache.Got[V], error) {
-		gs, err := p.l2.GetMany(ctx, keys)
-		if err != nil {
-			return nil, err
-		}
-		for _, g := range gs {
-			if g.Err != nil && coord.Classify(ctx, g.Err) != coord.Data {
-				return gs, g.Err
-			}
-		}
-		return gs, nil
-	})
-	if err != nil {
-		p.failOpen(lctx, sp, "l2_get", err)
-	}
-	if sp != nil {
-		sp.End()
-	}
-	if err != nil {
-		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
-		return
-	}
-	// A read is a look that tries no lock, sorted as the batch's first
-	// looks are; a key's data problem (the others fail the read) is a
-	// miss.
-	looks := make([]coord.Look[V], len(gots))
-	for i, g := range gots {
-		if g.Err != nil {
-			p.tel.CorruptEntry(ctx, nil)
-			continue
-		}
-		looks[i].E, looks[i].F = g.Entry, g.Freshness
-	}
-	items, _ := p.sortLooks(ctx, keys, looks, outs, time.Time{}, SourceL2, true)
-	p.loadBatch(ctx, items, load, outs)
-}
-
-// readFailed settles the keys of a batch whose Redis read or look failed
-// as a whole with err, and returns those to load: none when the caller's
-// own context ended (each key fails with it), else every key, failing
-// open.
-func readFailed[V any](ctx context.Context, keys []string, err error, outs map[string]*keyOut[V]) []*loadItem {
-	if coord.Classify(ctx, err) == coord.Canceled {
-		for _, k := range keys {
-			outs[k].err, outs[k].set = err, true
-		}
-		return nil
-	}
-	items := make([]*loadItem, len(keys))
-	for i, k := range keys {
-		items[i] = &loadItem{key: k, failOpen: err}
-	}
-	return items
 }
 
 // storeMany writes a batch's entries to L2 in one round trip, and to L1

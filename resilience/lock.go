@@ -151,37 +151,62 @@ func heldItem[V any](k string, lk *coord.Look[V]) *loadItem {
 	return it
 }
 
-// lockedMany is the batch's part with the lock: one look for every key
-// (the value, else the lock), then this process's loads and its wait for
-// the keys other processes hold, side by side.
-func (p *Pipeline[V]) lockedMany(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
-	// Subscribe before the look: a value that lands after it is
-	// announced to these subscriptions.
-	subs := make(map[string]<-chan struct{}, len(keys))
-	for _, k := range keys {
-		ch, unsubscribe := p.notifier.Subscribe(k)
-		defer unsubscribe()
-		subs[k] = ch
+// unlockedItems is the load of a batch's keys without the lock: every
+// key, failing open with err when it is not nil (the batch's look or read
+// failed as a whole with it); none when err is the caller's own context
+// ending, which settles each key with it.
+func unlockedItems[V any](ctx context.Context, keys []string, err error, outs map[string]*keyOut[V]) []*loadItem {
+	if coord.Classify(ctx, err) == coord.Canceled {
+		for _, k := range keys {
+			outs[k].err, outs[k].set = err, true
+		}
+		return nil
+	}
+	items := make([]*loadItem, len(keys))
+	for i, k := range keys {
+		items[i] = &loadItem{key: k, failOpen: err}
+	}
+	return items
+}
+
+// lookMany is the batch's first look at a chunk of keys, and what it
+// calls for: with Lock, one look for every key (the value, else the
+// lock), then this process's loads and its wait for the keys other
+// processes hold, side by side; without, one read (looks that try no
+// lock), then one loader call for the misses.
+func (p *Pipeline[V]) lookMany(ctx context.Context, keys []string, load LoadManyFunc[V], outs map[string]*keyOut[V]) {
+	var subs map[string]<-chan struct{}
+	look := p.co.ReadMany
+	if p.locker != nil {
+		// Subscribe before the look: a value that lands after it is
+		// announced to these subscriptions.
+		subs = make(map[string]<-chan struct{}, len(keys))
+		for _, k := range keys {
+			ch, unsubscribe := p.notifier.Subscribe(k)
+			defer unsubscribe()
+			subs[k] = ch
+		}
+		look = p.co.LookOrLockMany
 	}
 	start := time.Now()
-	looks, err := p.co.LookOrLockMany(ctx, keys)
+	looks, err := look(ctx, keys)
 	if err != nil {
-		p.loadBatch(ctx, readFailed(ctx, keys, err, outs), load, outs)
+		p.loadBatch(ctx, unlockedItems(ctx, keys, err, outs), load, outs)
 		return
 	}
 	items, waits := p.sortLooks(ctx, keys, looks, outs, start, SourceL2, true)
-	var wg sync.WaitGroup
 	if len(waits) > 0 {
 		// One goroutine waits for every key that others hold while this
 		// one loads its own. Each writes only its keys' outcomes.
+		var wg sync.WaitGroup
+		defer wg.Wait()
 		wg.Go(func() { p.awaitMany(ctx, waits, subs, load, outs, start) })
 	}
 	p.loadBatch(ctx, items, load, outs)
-	wg.Wait()
 }
 
 // sortLooks sorts a batch's looks (looks[i] is keys[i]'s, begun at start),
-// or its reads without Lock (l2Many's: looks that try no lock), by
+// or its reads without Lock (looks that try no lock), by
 // kindOf: it settles the keys it can, and returns the items to load and
 // the keys a live holder holds. A fresh value settles its key, served as
 // src: SourceL2 for the batch's first look, SourceWaited for a look after

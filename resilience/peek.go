@@ -24,7 +24,7 @@ func (p *Pipeline[V]) Peek(ctx context.Context, key string) (v V, found bool, er
 	if p.l2 == nil {
 		return v, false, nil
 	}
-	e, f, err := p.l2Get(ctx, key)
+	e, f, err := p.co.Read(ctx, key)
 	switch {
 	case err != nil || f != cache.Fresh:
 		return v, false, err

@@ -41,20 +41,24 @@ func NewBackend[V any](d Deps[V], sh backend.Shared) Coord[V] {
 }
 
 func (c *backendCoord[V]) Read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
-	return c.d.Read(ctx, key)
+	return c.d.readL2(ctx, c, key)
+}
+
+func (c *backendCoord[V]) ReadMany(ctx context.Context, keys []string) ([]Look[V], error) {
+	return c.d.readL2Many(ctx, c, keys)
 }
 
 func (c *backendCoord[V]) LookOrLock(ctx context.Context, key string, _ bool, w Want) (Look[V], error) {
 	// The lease outlives the look's caller: the detached load holds
 	// it, and releases it.
-	return c.d.lookThenLock(ctx, context.WithoutCancel(ctx), c, key, w, c.d.Read)
+	return c.d.lookThenLock(ctx, context.WithoutCancel(ctx), c, key, w)
 }
 
 func (c *backendCoord[V]) LookOrLockMany(ctx context.Context, keys []string) ([]Look[V], error) {
 	if bm, ok := c.sh.(backend.SharedMany); ok {
 		return c.lookThenLockBatch(ctx, bm, keys)
 	}
-	return c.d.lookThenLockMany(ctx, c, keys, c.d.Read), nil
+	return c.d.lookThenLockMany(ctx, c, keys), nil
 }
 
 // lookThenLockBatch is lookThenLockMany over a view with [backend.SharedMany]:

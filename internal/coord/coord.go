@@ -35,8 +35,16 @@ import (
 type Coord[V any] interface {
 	// Read reads key's stored value, without the lock: what waiters look
 	// at. A per-key data problem is a miss; an error (recorded) means the
-	// call goes on without the service.
+	// call goes on without the service. Over L2 (Redis, a backend) it is
+	// one read through the guard, with a client span, a per-key data
+	// problem counted as a corrupt entry and an error recorded as failing
+	// open (read.go); the embedded default reads L1.
 	Read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error)
+	// ReadMany is Read for distinct keys, in one step: the i-th look is
+	// keys[i]'s value, a look that tries no lock (a miss when its data is
+	// unusable, counted as a corrupt entry). Its error is the read's
+	// failure as a whole, recorded as failing open.
+	ReadMany(ctx context.Context, keys []string) ([]Look[V], error)
 	// LookOrLock reads key's stored value and, unless w takes it (fresh,
 	// and for a refresh newer than the copy that called for it), tries
 	// key's lock, in one step. A look that found such a value has no
@@ -100,10 +108,6 @@ type Deps[V any] struct {
 	// without Lock.
 	Locker lock.Locker
 	Lease  time.Duration
-	// Read reads key's stored value for the looks: L2 through Guard,
-	// with a client span (a per-key data problem is a miss, an error
-	// recorded), or L1 for the embedded default.
-	Read func(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error)
 	// Release and ReleaseMany give leases back, on a goroutine of their
 	// own: the pipeline's background work, which Close waits for.
 	Release     func(ctx context.Context, key string, lease *backend.Lease)
@@ -120,9 +124,11 @@ type Deps[V any] struct {
 	Panicked func(v any) any
 }
 
-// Store is the part of the shared cache (L2) an adapter writes to and
-// decodes with.
+// Store is the part of the shared cache (L2) an adapter reads, writes to
+// and decodes with.
 type Store[V any] interface {
+	Get(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error)
+	GetMany(ctx context.Context, keys []string) ([]rcache.Got[V], error)
 	Decode(key string, raw []byte) (rcache.Entry[V], cache.Freshness)
 	// Commit writes under the lock's token, releases the lock and wakes
 	// its waiters, in one step.
@@ -176,7 +182,7 @@ func (d *Deps[V]) tryAcquire(ctx context.Context, key string) (*backend.Lease, e
 }
 
 // lookThenLock is LookOrLock for an adapter (co) whose read and lock are
-// two steps: the read (read), then, unless the value is fresh, the lock,
+// two steps: the read (co's Read), then, unless the value is fresh, the lock,
 // then (won) a second read, since another process may have written the
 // value in between; a value found then gives the lease back.
 //
@@ -184,10 +190,10 @@ func (d *Deps[V]) tryAcquire(ctx context.Context, key string) (*backend.Lease, e
 // second read may wait behind a burst's other reads for longer than the
 // lease's beat, and a lease that does not beat meanwhile looks dead to
 // other processes, which would take it over and load the key again.
-func (d *Deps[V]) lookThenLock(ctx, beat context.Context, co extender, key string, w Want, read func(context.Context, string) (rcache.Entry[V], cache.Freshness, error)) (Look[V], error) {
-	e, f, err := read(ctx, key)
+func (d *Deps[V]) lookThenLock(ctx, beat context.Context, co Coord[V], key string, w Want) (Look[V], error) {
+	e, f, err := co.Read(ctx, key)
 	if err != nil {
-		return Look[V]{}, err // recorded by read
+		return Look[V]{}, err // recorded by Read
 	}
 	if w.Takes(&e.Written, f) {
 		return Look[V]{E: e, F: f}, nil
@@ -202,7 +208,7 @@ func (d *Deps[V]) lookThenLock(ctx, beat context.Context, co extender, key strin
 		return lk, err
 	}
 	g := Hold(beat, co, lease)
-	e2, f2, err := read(ctx, key)
+	e2, f2, err := co.Read(ctx, key)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller left: the look ends with it, and grants nothing.
@@ -245,7 +251,7 @@ func (d *Deps[V]) lockFailed(ctx context.Context, err error) {
 // cost a chunk thousands of sequential round trips. Each lease won beats
 // from its grant (see lookThenLock) until the batch's watchdog takes over
 // and stops it (resilience's holdMany) or ctx ends.
-func (d *Deps[V]) lookThenLockMany(ctx context.Context, co extender, keys []string, read func(context.Context, string) (rcache.Entry[V], cache.Freshness, error)) []Look[V] {
+func (d *Deps[V]) lookThenLockMany(ctx context.Context, co Coord[V], keys []string) []Look[V] {
 	looks := make([]Look[V], len(keys))
 	panics := make([]any, len(keys))
 	var g errgroup.Group
@@ -260,7 +266,7 @@ func (d *Deps[V]) lookThenLockMany(ctx context.Context, co extender, keys []stri
 					panics[i] = d.Panicked(v)
 				}
 			}()
-			lk, err := d.lookThenLock(ctx, ctx, co, k, Want{}, read)
+			lk, err := d.lookThenLock(ctx, ctx, co, k, Want{})
 			lk.Err = err
 			looks[i] = lk
 			return nil

@@ -14,36 +14,53 @@ import (
 
 // memoryCoord is the coordination seam of the embedded default: one
 // process, a [lock.Memory] and its notifier, and L1 as the store that
-// waiters look at (d.Read). It has no shared store to commit to.
+// waiters look at (l1, which Read reads). It has no shared store to
+// commit to.
 type memoryCoord[V any] struct {
-	d Deps[V]
-	n *rlock.MemoryNotifier
+	d  Deps[V]
+	n  *rlock.MemoryNotifier
+	l1 *rcache.Memory[V]
 }
 
 var _ Coord[int] = (*memoryCoord[int])(nil)
 
 // NewMemory is the seam of the embedded default, over d.Locker (a
-// [lock.Memory]) and n, its notifier.
-func NewMemory[V any](d Deps[V], n *rlock.MemoryNotifier) Coord[V] {
-	return &memoryCoord[V]{d: d, n: n}
+// [lock.Memory]), n, its notifier, and l1, where the values that waiters
+// look at land.
+func NewMemory[V any](d Deps[V], n *rlock.MemoryNotifier, l1 *rcache.Memory[V]) Coord[V] {
+	return &memoryCoord[V]{d: d, n: n, l1: l1}
 }
 
 // errNoStore is the embedded default's answer to a commit, which the
 // stages never ask of it: it has no L2.
 var errNoStore = errors.New("resilience: the embedded default has no shared store")
 
-func (c *memoryCoord[V]) Read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
-	return c.d.Read(ctx, key)
+// Read looks key up in L1; it never fails.
+func (c *memoryCoord[V]) Read(_ context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
+	e, f := c.l1.Lookup(key)
+	if e == nil {
+		return rcache.Entry[V]{}, f, nil
+	}
+	return *e, f, nil
+}
+
+// ReadMany is Read for each key.
+func (c *memoryCoord[V]) ReadMany(ctx context.Context, keys []string) ([]Look[V], error) {
+	looks := make([]Look[V], len(keys))
+	for i, k := range keys {
+		looks[i].E, looks[i].F, _ = c.Read(ctx, k)
+	}
+	return looks, nil
 }
 
 func (c *memoryCoord[V]) LookOrLock(ctx context.Context, key string, _ bool, w Want) (Look[V], error) {
 	// The lease outlives the look's caller: the detached load holds
 	// it, and releases it.
-	return c.d.lookThenLock(ctx, context.WithoutCancel(ctx), c, key, w, c.d.Read)
+	return c.d.lookThenLock(ctx, context.WithoutCancel(ctx), c, key, w)
 }
 
 func (c *memoryCoord[V]) LookOrLockMany(ctx context.Context, keys []string) ([]Look[V], error) {
-	return c.d.lookThenLockMany(ctx, c, keys, c.d.Read), nil
+	return c.d.lookThenLockMany(ctx, c, keys), nil
 }
 
 func (c *memoryCoord[V]) Commit(context.Context, string, rcache.Entry[V], string) (bool, error) {

@@ -37,7 +37,11 @@ func NewRedis[V any](d Deps[V], n *rlock.RedisNotifier, rl *rlock.Redis) Coord[V
 }
 
 func (c *redisCoord[V]) Read(ctx context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
-	return c.d.Read(ctx, key)
+	return c.d.readL2(ctx, c, key)
+}
+
+func (c *redisCoord[V]) ReadMany(ctx context.Context, keys []string) ([]Look[V], error) {
+	return c.d.readL2Many(ctx, c, keys)
 }
 
 // LookOrLock runs the look script, with a client span; when the value
@@ -52,7 +56,7 @@ func (c *redisCoord[V]) LookOrLock(ctx context.Context, key string, likely bool,
 	d := &c.d
 	counts := !likely && !w.Refresh // an unbiased look: c.found counts it
 	if likely || counts && c.found.Likely() {
-		e, f, err := d.Read(ctx, key)
+		e, f, err := c.Read(ctx, key)
 		switch {
 		case err != nil:
 			return Look[V]{}, err
@@ -111,7 +115,7 @@ func (c *redisCoord[V]) LookOrLock(ctx context.Context, key string, likely bool,
 // did not answer a refresh: another holder may have written a newer one
 // in between, and then the lease goes back.
 func (c *redisCoord[V]) recheck(ctx context.Context, key string, lk Look[V], w Want) (Look[V], error) {
-	e, f, err := c.d.Read(ctx, key)
+	e, f, err := c.Read(ctx, key)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller left: the look ends with it, and grants nothing.

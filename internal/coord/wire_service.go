@@ -1,11 +1,9 @@
 package coord
 
 import (
-	"context"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/cache"
 	"github.com/herdguard/herdguard/internal/rcache"
 	"github.com/herdguard/herdguard/internal/rkey"
 	"github.com/herdguard/herdguard/internal/rlock"
@@ -84,12 +82,5 @@ func Wire[V any](o Options, d Deps[V]) (*Wired[V], error) {
 func WireMemory[V any](d Deps[V], l1 *rcache.Memory[V]) *Wired[V] {
 	n, lk := new(rlock.MemoryNotifier), new(lock.Memory)
 	d.Locker = lk
-	d.Read = func(_ context.Context, key string) (rcache.Entry[V], cache.Freshness, error) {
-		e, f := l1.Lookup(key)
-		if e == nil {
-			return rcache.Entry[V]{}, f, nil
-		}
-		return *e, f, nil
-	}
-	return &Wired[V]{Notifier: n, Locker: lk, Coord: NewMemory(d, n)}
+	return &Wired[V]{Notifier: n, Locker: lk, Coord: NewMemory(d, n, l1)}
 }
