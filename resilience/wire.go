@@ -25,9 +25,13 @@ func (p *Pipeline[V]) wire(c config[V]) error {
 	switch {
 	case c.redis != nil || c.backend != nil:
 		p.writes.origin = newOrigin()
-		o := redisWiring(c.redisOpts)
+		// What package coord takes of the Redis or the backend options.
+		r, b := c.redisOpts, c.backendOpts
+		o := coord.Options{Prefix: r.Prefix, Codec: r.Codec, Encrypt: r.Encrypt,
+			OpTimeout: r.OpTimeout, Breaker: r.SharedBreaker, BreakerSettings: r.Breaker}
 		if c.backend != nil {
-			o = backendWiring(c.backendOpts)
+			o = coord.Options{Codec: b.Codec, Encrypt: b.Encrypt,
+				OpTimeout: b.OpTimeout, Breaker: b.SharedBreaker, BreakerSettings: b.Breaker}
 		}
 		o.Client, o.Backend, o.Namespace = c.redis, c.backend, c.name
 		o.Lock, o.Heartbeat = c.lockOn, lockDefaults(c.lock).Heartbeat
@@ -49,22 +53,6 @@ func (p *Pipeline[V]) wire(c config[V]) error {
 	p.redisGuard, p.l2, p.notifier, p.locker, p.co = w.Guard, w.L2, w.Notifier, w.Locker, w.Coord
 	p.closers = append(p.closers, w.Closers...)
 	return nil
-}
-
-// redisWiring is what package coord takes of the Redis options.
-func redisWiring(r RedisOptions) coord.Options {
-	return coord.Options{
-		Prefix: r.Prefix, Codec: r.Codec, Encrypt: r.Encrypt, OpTimeout: r.OpTimeout,
-		Breaker: r.SharedBreaker, BreakerSettings: r.Breaker,
-	}
-}
-
-// backendWiring is what package coord takes of the backend options.
-func backendWiring(b BackendOptions) coord.Options {
-	return coord.Options{
-		Codec: b.Codec, Encrypt: b.Encrypt, OpTimeout: b.OpTimeout,
-		Breaker: b.SharedBreaker, BreakerSettings: b.Breaker,
-	}
 }
 
 // writeHooks makes the pipeline's subscription drop L1 entries that other
